@@ -1,0 +1,24 @@
+"""Send every webhook_delivery model to Phorge's herald database, and never migrate anything there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PHORGE_ALIAS = "phorge"
+PHORGE_APP = "webhook_delivery"
+
+
+class PhorgeRouter:
+    def db_for_read(self, model: type[Any], **hints: Any) -> str | None:
+        return PHORGE_ALIAS if model._meta.app_label == PHORGE_APP else None
+
+    db_for_write = db_for_read
+
+    def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
+        if obj1._meta.app_label == PHORGE_APP and obj2._meta.app_label == PHORGE_APP:
+            return True
+        return None
+
+    def allow_migrate(self, db: str, app_label: str, model_name: str | None = None, **hints: Any) -> bool:
+        # Phorge owns its schema: nothing is ever created, altered or dropped there.
+        return db != PHORGE_ALIAS and app_label != PHORGE_APP

@@ -1,0 +1,185 @@
+"""Django settings: the one place the environment is read.
+
+Delivery settings are parsed by webhook_delivery.config; every invalid value is collected in
+GORGE_CONFIG_ERRORS and reported by the system check (manage.py check, deliver_webhooks, wsgi start-up).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import environ
+
+from webhook_delivery.config import ConfigError, load_config, parse_bool
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+_dotenv = Path(os.environ.get("GORGE_ENV_FILE", BASE_DIR / ".env"))
+if _dotenv.is_file():
+    env.read_env(str(_dotenv), overwrite=False)
+
+_errors: list[ConfigError] = []
+
+
+def _flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return parse_bool(raw)
+    except ValueError:
+        _errors.append(ConfigError(name, f"expected true or false, got {raw!r}"))
+        return default
+
+
+DEBUG = _flag("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if DEBUG:
+        SECRET_KEY = "insecure-debug-only-key"
+    else:
+        _errors.append(ConfigError("SECRET_KEY", "must be set to a long random string (DEBUG is off)"))
+        SECRET_KEY = "unset-secret-key-startup-will-refuse"
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+_loaded = load_config(os.environ)
+_errors.extend(_loaded.errors)
+GORGE_WEBHOOK = _loaded.delivery
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "webhook_delivery",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "gorge_site.urls"
+WSGI_APPLICATION = "gorge_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database(url: str, variable: str) -> dict[str, object]:
+    try:
+        config: dict[str, object] = env.db_url_config(url)
+    except Exception:  # noqa: BLE001 - any parse failure is a configuration error, reported by name
+        _errors.append(ConfigError(variable, "expected a database URL such as mysql://user:pass@host:3306/name"))
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    if config.get("ENGINE") == "django.db.backends.mysql":
+        options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]
+        options.setdefault("charset", "utf8mb4")
+        options.setdefault("connect_timeout", 5)
+        options.setdefault("read_timeout", 60)
+        options.setdefault("write_timeout", 60)
+        options.setdefault("isolation_level", "read committed")
+        config["OPTIONS"] = options
+    return config
+
+
+DATABASES = {
+    "default": _database(
+        os.environ.get("DATABASE_URL", "") or f"sqlite:///{BASE_DIR / 'var' / 'gorge_site.sqlite3'}",
+        "DATABASE_URL",
+    ),
+    "phorge": _database(_loaded.phorge_database_url, "GORGE_WEBHOOK_DATABASE_URL"),
+}
+DATABASES["phorge"]["TEST"] = {"NAME": DATABASES["phorge"].get("NAME")}
+DATABASE_ROUTERS = ["gorge_site.routers.PhorgeRouter"]
+MIGRATION_MODULES = {"webhook_delivery": None}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "admin:login"
+
+# Behind a TLS-terminating proxy (the documented deployment), these make check --deploy pass.
+_behind_tls = _flag("GORGE_BEHIND_TLS_PROXY", not DEBUG)
+SESSION_COOKIE_SECURE = _behind_tls
+CSRF_COOKIE_SECURE = _behind_tls
+SECURE_SSL_REDIRECT = _behind_tls and _flag("GORGE_SSL_REDIRECT", True)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if _behind_tls else None
+SECURE_HSTS_SECONDS = 31_536_000 if _behind_tls else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _behind_tls
+SECURE_HSTS_PRELOAD = False
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+LOG_LEVEL = (os.environ.get("LOG_LEVEL", "") or "INFO").strip().upper()
+if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+    _errors.append(ConfigError("LOG_LEVEL", f"expected DEBUG, INFO, WARNING, ERROR or CRITICAL, got {LOG_LEVEL!r}"))
+    LOG_LEVEL = "INFO"
+LOG_FORMAT = (os.environ.get("LOG_FORMAT", "") or "text").strip().lower()
+if LOG_FORMAT not in {"text", "json"}:
+    _errors.append(ConfigError("LOG_FORMAT", f"expected text or json, got {LOG_FORMAT!r}"))
+    LOG_FORMAT = "text"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "webhook_delivery.logformat.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "urllib3": {"level": "WARNING"},
+    },
+}
+
+GORGE_CONFIG_ERRORS: tuple[ConfigError, ...] = tuple(_errors)

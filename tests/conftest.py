@@ -1,0 +1,234 @@
+"""Fixtures: a real MariaDB database with Phorge's DDL, a real receiver, and helpers to seed rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import string
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import MySQLdb
+import pytest
+from django.conf import settings
+from django.db import connections
+
+from tests.receiver import Receiver
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PHID_ALPHABET = string.ascii_lowercase + "234567"
+
+
+def mysql_admin(database: str | None = None) -> Any:
+    db = settings.DATABASES["phorge"]
+    try:
+        connection = MySQLdb.connect(
+            host=db["HOST"] or "127.0.0.1",
+            port=int(db["PORT"] or 3306),
+            user=db["USER"],
+            password=db["PASSWORD"] or "",
+            database=database or "",
+            charset="utf8mb4",
+            autocommit=True,
+        )
+    except MySQLdb.OperationalError as exc:
+        pytest.exit(
+            f"No MariaDB/MySQL answers at {db['HOST']}:{db['PORT']} as {db['USER']!r} ({exc.args[0]}). "
+            "Start one (make test starts a private server when mariadbd is installed) or set "
+            "GORGE_WEBHOOK_DATABASE_URL to a server where this user may create databases.",
+            returncode=3,
+        )
+    return connection
+
+
+def dump_statements(path: Path) -> list[str]:
+    """CREATE TABLE statements of a mysqldump file (comments and client directives dropped)."""
+    text = path.read_text().split("-- Dump completed", 1)[0]
+    statements = []
+    for chunk in text.split(";\n"):
+        lines = [line for line in chunk.splitlines() if line.strip() and not line.startswith("--")]
+        statement = "\n".join(lines).strip()
+        if statement.upper().startswith("CREATE TABLE"):
+            statements.append(statement)
+    return statements
+
+
+def load_herald_schema(cursor: Any) -> None:
+    for statement in dump_statements(FIXTURES / "schema.sql"):
+        cursor.execute(statement)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> Iterator[None]:
+    from django.test.utils import setup_databases, teardown_databases
+
+    name = settings.DATABASES["phorge"]["NAME"]
+    admin = mysql_admin()
+    cursor = admin.cursor()
+    cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    cursor.execute(f"USE `{name}`")
+    load_herald_schema(cursor)
+    with django_db_blocker.unblock():
+        old = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+    yield
+    with django_db_blocker.unblock():
+        for alias in connections:
+            connections[alias].close()
+        teardown_databases(old, verbosity=0)
+    cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    admin.close()
+
+
+def random_phid(kind: str) -> str:
+    return f"PHID-{kind}-" + "".join(secrets.choice(PHID_ALPHABET) for _ in range(20))
+
+
+def random_key() -> str:
+    return "".join(secrets.choice(PHID_ALPHABET) for _ in range(32))
+
+
+class Phorge:
+    """Seeds and reads Phorge's herald tables the way Phorge itself writes them."""
+
+    def __init__(self) -> None:
+        self.connection = connections["phorge"]
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description else cursor.rowcount
+
+    def now(self) -> int:
+        return int(self.execute("SELECT UNIX_TIMESTAMP()")[0][0])
+
+    def clear(self) -> None:
+        self.execute("DELETE FROM herald_webhookrequest")
+        self.execute("DELETE FROM herald_webhook")
+
+    def insert_hook_row(self, row: dict[str, Any]) -> None:
+        columns = ", ".join(f"`{c}`" for c in row)
+        self.execute(
+            f"INSERT INTO herald_webhook ({columns}) VALUES ({', '.join(['%s'] * len(row))})", list(row.values())
+        )
+
+    def insert_request_row(self, row: dict[str, Any]) -> None:
+        columns = ", ".join(f"`{c}`" for c in row)
+        self.execute(
+            f"INSERT INTO herald_webhookrequest ({columns}) VALUES ({', '.join(['%s'] * len(row))})",
+            list(row.values()),
+        )
+
+    def hook(self, uri: str, *, status: str = "enabled", key: str | None = None, name: str = "hook") -> str:
+        phid = random_phid("HWBH")
+        now = self.now()
+        self.insert_hook_row(
+            {
+                "phid": phid,
+                "name": name,
+                "webhookURI": uri,
+                "viewPolicy": "users",
+                "editPolicy": "users",
+                "status": status,
+                "hmacKey": random_key() if key is None else key,
+                "dateCreated": now,
+                "dateModified": now,
+            }
+        )
+        return phid
+
+    def request(
+        self,
+        hook_phid: str,
+        *,
+        retry: str = "never",
+        object_phid: str | None = None,
+        properties: str | None = None,
+        created: int | None = None,
+        status: str = "queued",
+        **columns: Any,
+    ) -> str:
+        phid = random_phid("HWBR")
+        when = self.now() if created is None else created
+        if properties is None:
+            properties = json.dumps(
+                {
+                    "retry": retry,
+                    "transactionPHIDs": {},
+                    "triggerPHIDs": [hook_phid],
+                    "silent": False,
+                    "secure": False,
+                },
+                separators=(",", ":"),
+            ).replace('"transactionPHIDs":{}', '"transactionPHIDs":[]')
+        row = {
+            "phid": phid,
+            "webhookPHID": hook_phid,
+            "objectPHID": object_phid or random_phid("TASK"),
+            "status": status,
+            "properties": properties,
+            "lastRequestResult": "none",
+            "lastRequestEpoch": 0,
+            "dateCreated": when,
+            "dateModified": when,
+        }
+        row.update(columns)
+        self.insert_request_row(row)
+        return phid
+
+    def row(self, phid: str) -> dict[str, Any]:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM herald_webhookrequest WHERE phid = %s", (phid,))
+            names = [d[0] for d in cursor.description]
+            values = cursor.fetchone()
+        assert values is not None, f"no request {phid}"
+        return {
+            name: value.decode() if isinstance(value, bytes) else value
+            for name, value in zip(names, values, strict=True)
+        }
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT phid FROM herald_webhookrequest ORDER BY id")
+            phids = [p.decode() if isinstance(p, bytes) else p for (p,) in cursor.fetchall()]
+        return [self.row(p) for p in phids]
+
+
+PHORGE_DB = pytest.mark.django_db(transaction=True, databases=["default", "phorge"])
+
+
+@pytest.fixture
+def phorge(transactional_db: None) -> Iterator[Phorge]:
+    helper = Phorge()
+    helper.clear()
+    yield helper
+    helper.clear()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver(hold_seconds=6) as running:
+        yield running
+
+
+@pytest.fixture
+def delivery_config() -> Any:
+    """The configured DeliveryConfig with fast test timings; tests replace() what they need."""
+    return dataclasses.replace(settings.GORGE_WEBHOOK, delivery_timeout=3.0, claim_lease_sec=8)
+
+
+def worker_env(**overrides: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["GORGE_WEBHOOK_DATABASE_URL"] = _phorge_url()
+    env.update(overrides)
+    return env
+
+
+def _phorge_url() -> str:
+    db = settings.DATABASES["phorge"]
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"mysql://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"

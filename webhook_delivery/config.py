@@ -1,0 +1,211 @@
+"""Parse and validate the GORGE_WEBHOOK_* environment. Pure: no Django import.
+
+Every problem becomes one ConfigError naming the variable and the value expected; settings.py collects
+them and the system check in checks.py reports them, so a bad value stops startup instead of falling back.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+DEFAULT_BLACKLIST_FILE = Path(__file__).with_name("outbound-blacklist-default.json")
+LEASE_MARGIN_SEC = 5
+_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+
+
+@dataclass(frozen=True)
+class ConfigError:
+    variable: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.variable}: {self.message}"
+
+
+@dataclass(frozen=True)
+class DeliveryConfig:
+    namespace: str = "phabricator"
+    poll_interval_ms: int = 250
+    max_concurrent: int = 16
+    delivery_timeout: float = 15.0
+    claim_lease_sec: int = 60
+    requested_lease_sec: int = 60
+    retry_backoff_sec: int = 300
+    error_backoff_sec: int = 300
+    error_threshold: int = 10
+    outbound_blacklist: tuple[IPNetwork, ...] = ()
+    silent: bool | None = None
+    service_token: str = field(default="", repr=False)
+
+    @property
+    def lease_was_clamped(self) -> bool:
+        return self.claim_lease_sec != self.requested_lease_sec
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    delivery: DeliveryConfig
+    phorge_database_url: str
+    errors: tuple[ConfigError, ...]
+
+
+def default_blacklist() -> tuple[IPNetwork, ...]:
+    entries = json.loads(DEFAULT_BLACKLIST_FILE.read_text())
+    return tuple(ipaddress.ip_network(entry) for entry in entries)
+
+
+def parse_blacklist(raw: str) -> tuple[IPNetwork, ...]:
+    """A JSON list or a comma-separated list of CIDRs; an empty value means "block nothing"."""
+    text = raw.strip()
+    if not text:
+        return ()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError as exc:
+            raise ValueError("expected a JSON list of CIDR strings") from exc
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ValueError("expected a JSON list of CIDR strings")
+    else:
+        items = [part for part in (p.strip() for p in text.split(",")) if part]
+    networks = []
+    for item in items:
+        try:
+            networks.append(ipaddress.ip_network(item.strip(), strict=False))
+        except ValueError as exc:
+            raise ValueError(f"{item.strip()!r} is not a CIDR block such as 10.0.0.0/8") from exc
+    return tuple(networks)
+
+
+def parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("expected true or false")
+
+
+class _Reader:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.errors: list[ConfigError] = []
+
+    def raw(self, name: str) -> str | None:
+        value = self.env.get(name)
+        return None if value is None else value.strip()
+
+    def integer(self, name: str, default: int, *, minimum: int, maximum: int) -> int:
+        raw = self.raw(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw, 10)
+        except ValueError:
+            value = None
+        if value is None or not minimum <= value <= maximum:
+            self.errors.append(
+                ConfigError(name, f"expected a whole number from {minimum} to {maximum}, got {raw!r}")
+            )
+            return default
+        return value
+
+    def seconds(self, name: str, default: float, *, maximum: float) -> float:
+        raw = self.raw(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value <= maximum:  # also rejects NaN
+            self.errors.append(
+                ConfigError(name, f"expected a number of seconds above 0 and at most {maximum:g}, got {raw!r}")
+            )
+            return default
+        return value
+
+
+def load_config(env: Mapping[str, str]) -> LoadedConfig:
+    r = _Reader(env)
+
+    namespace = r.raw("GORGE_WEBHOOK_NAMESPACE") or ""
+    url = r.raw("GORGE_WEBHOOK_DATABASE_URL") or ""
+    if url:
+        database_name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        if not namespace:
+            if database_name.endswith("_herald") and len(database_name) > len("_herald"):
+                namespace = database_name[: -len("_herald")]
+            elif url.startswith("sqlite"):
+                namespace = "phabricator"
+            else:
+                r.errors.append(
+                    ConfigError(
+                        "GORGE_WEBHOOK_DATABASE_URL",
+                        "the database name must be <namespace>_herald (or set GORGE_WEBHOOK_NAMESPACE)",
+                    )
+                )
+                namespace = "phabricator"
+    else:
+        namespace = namespace or "phabricator"
+    if not _NAMESPACE_RE.match(namespace):
+        r.errors.append(
+            ConfigError("GORGE_WEBHOOK_NAMESPACE", "expected letters, digits and underscores (at most 32)")
+        )
+        namespace = "phabricator"
+    if not url:
+        host = r.raw("GORGE_WEBHOOK_MYSQL_HOST") or "127.0.0.1"
+        port = r.integer("GORGE_WEBHOOK_MYSQL_PORT", 3306, minimum=1, maximum=65535)
+        user = r.raw("GORGE_WEBHOOK_MYSQL_USER") or "phorge"
+        password = r.env.get("GORGE_WEBHOOK_MYSQL_PASS", "")
+        url = f"mysql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{namespace}_herald"
+
+    poll = r.integer("GORGE_WEBHOOK_POLL_INTERVAL_MS", 250, minimum=1, maximum=3_600_000)
+    concurrent = r.integer("GORGE_WEBHOOK_MAX_CONCURRENT", 16, minimum=1, maximum=512)
+    timeout = r.seconds("GORGE_WEBHOOK_DELIVERY_TIMEOUT", 15.0, maximum=3600)
+    lease = r.integer("GORGE_WEBHOOK_CLAIM_LEASE_SEC", 60, minimum=1, maximum=86_400)
+    retry = r.integer("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", 300, minimum=0, maximum=30 * 86_400)
+    error_backoff = r.integer("GORGE_WEBHOOK_ERROR_BACKOFF_SEC", 300, minimum=1, maximum=30 * 86_400)
+    threshold = r.integer("GORGE_WEBHOOK_ERROR_THRESHOLD", 10, minimum=1, maximum=1_000_000)
+
+    raw_blacklist = r.env.get("GORGE_WEBHOOK_OUTBOUND_BLACKLIST")
+    blacklist = default_blacklist()
+    if raw_blacklist is not None:
+        try:
+            blacklist = parse_blacklist(raw_blacklist)
+        except ValueError as exc:
+            r.errors.append(ConfigError("GORGE_WEBHOOK_OUTBOUND_BLACKLIST", str(exc)))
+
+    silent: bool | None = None
+    raw_silent = r.raw("GORGE_WEBHOOK_SILENT")
+    if raw_silent:
+        try:
+            silent = parse_bool(raw_silent)
+        except ValueError as exc:
+            r.errors.append(ConfigError("GORGE_WEBHOOK_SILENT", f"{exc}, got {raw_silent!r}"))
+
+    minimum_lease = math.ceil(timeout) + LEASE_MARGIN_SEC
+    delivery = DeliveryConfig(
+        namespace=namespace,
+        poll_interval_ms=poll,
+        max_concurrent=concurrent,
+        delivery_timeout=timeout,
+        claim_lease_sec=max(lease, minimum_lease),
+        requested_lease_sec=lease,
+        retry_backoff_sec=retry,
+        error_backoff_sec=error_backoff,
+        error_threshold=threshold,
+        outbound_blacklist=blacklist,
+        silent=silent,
+        service_token=r.env.get("GORGE_SERVICE_TOKEN", "").strip(),
+    )
+    return LoadedConfig(delivery=delivery, phorge_database_url=url, errors=tuple(r.errors))

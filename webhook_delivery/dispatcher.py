@@ -1,0 +1,100 @@
+"""Decide and perform one claimed request, in the order Phorge's HeraldWebhookWorker checks things.
+
+No database here: the worker passes in the row, its decoded properties and the hook, and writes back the
+Outcome this returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from . import metrics
+from .config import DeliveryConfig
+from . import transport
+from .netguard import InvalidURI, ResolveTimeout, Resolver, TemporaryDNSFailure, system_resolver
+from .outcomes import (
+    DISABLED,
+    INVALID_OBJECT,
+    INVALID_URI,
+    NOT_FOUND,
+    SILENT,
+    Outcome,
+    configuration_failure,
+    from_http,
+    retries_forever,
+)
+from .payload import build_payload, sign, transactions_newest_first
+from .store import Hook, RequestRow
+
+logger = logging.getLogger(__name__)
+
+
+class ObjectLookup(Protocol):
+    def transactions(self, object_phid: str, stored: Any) -> list[Any] | None:
+        """Existing transactions newest first, or None when the object no longer exists."""
+
+
+class StoredOrder:
+    """Without access to Phorge's application databases: trust the stored list, in PHP's order."""
+
+    def transactions(self, object_phid: str, stored: Any) -> list[Any] | None:
+        return transactions_newest_first(stored)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: DeliveryConfig,
+        *,
+        resolver: Resolver = system_resolver,
+        silent: Callable[[], bool] | None = None,
+        objects: ObjectLookup | None = None,
+    ) -> None:
+        self.config = config
+        self.resolver = resolver
+        self.silent = silent or (lambda: bool(config.silent))
+        self.objects = objects or StoredOrder()
+
+    def process(self, row: RequestRow, properties: dict[str, Any], hook: Hook | None) -> Outcome:
+        if hook is None:
+            return configuration_failure(NOT_FOUND)
+        if self.silent():
+            return configuration_failure(SILENT)
+        if hook.status == "disabled":
+            return configuration_failure(DISABLED)
+        started = time.monotonic()
+        transport.start_attempt(self.config.delivery_timeout)
+        try:
+            try:
+                first_hop = transport.check_uri(hook.uri, self.config.outbound_blacklist, self.resolver)
+            except (TemporaryDNSFailure, ResolveTimeout) as exc:
+                return from_http(transport.failure(exc), retry_forever=retries_forever(properties))
+            transactions = self.objects.transactions(row.object_phid, properties.get("transactionPHIDs"))
+            if transactions is None:
+                return configuration_failure(INVALID_OBJECT)
+            body = build_payload(
+                object_phid=row.object_phid,
+                properties=properties,
+                date_created=row.date_created,
+                transaction_phids=transactions,
+            )
+            http = transport.post(
+                hook.uri,
+                body,
+                sign(body, hook.hmac_key),
+                first_hop=first_hop,
+                blacklist=self.config.outbound_blacklist,
+                resolver=self.resolver,
+            )
+            metrics.ATTEMPT_SECONDS.observe(time.monotonic() - started)
+        except InvalidURI as exc:
+            logger.warning(
+                "webhook URI refused", extra={"request": row.phid, "hook": hook.phid, "reason": str(exc)}
+            )
+            return configuration_failure(INVALID_URI)
+        finally:
+            transport.end_attempt()
+        return from_http(http, retry_forever=retries_forever(properties))

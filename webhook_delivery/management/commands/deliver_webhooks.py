@@ -1,0 +1,59 @@
+"""`manage.py deliver_webhooks`: a thin command over webhook_delivery.worker.Worker."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value, 10)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    return number
+
+
+def _port(value: str) -> int:
+    number = _positive(value)
+    if number > 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port from 1 to 65535, got {value!r}")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Deliver Phorge's queued webhook requests (herald_webhookrequest) like Phorge's PHP worker."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="deliver everything due now, then exit")
+        parser.add_argument("--max-concurrent", type=_positive, help="deliveries in flight per process")
+        parser.add_argument("--poll-interval-ms", type=_positive, help="idle poll period in milliseconds")
+        parser.add_argument("--metrics-port", type=_port, help="serve Prometheus metrics on this port")
+        parser.add_argument("--metrics-addr", default="0.0.0.0", help="address for --metrics-port")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        verbosity = int(options["verbosity"])
+        if verbosity == 0:
+            logging.getLogger().setLevel(logging.WARNING)
+        elif verbosity >= 2:
+            logging.getLogger().setLevel(logging.DEBUG)
+        if options["metrics_port"]:
+            from prometheus_client import start_http_server
+
+            start_http_server(options["metrics_port"], addr=options["metrics_addr"])
+
+        from webhook_delivery.worker import Worker
+
+        worker = Worker(
+            settings.GORGE_WEBHOOK,
+            max_concurrent=options["max_concurrent"],
+            poll_interval_ms=options["poll_interval_ms"],
+            once=options["once"],
+        )
+        worker.run()

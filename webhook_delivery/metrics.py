@@ -1,0 +1,30 @@
+"""Prometheus metrics of the delivery worker (exported by `deliver_webhooks --metrics-port`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+DELIVERIES = Counter(
+    "gorge_webhook_deliveries",
+    "Processed webhook requests by written outcome (sent, retry, failed) and Phorge error type.",
+    ["outcome", "error_type"],
+)
+ATTEMPT_SECONDS = Histogram(
+    "gorge_webhook_attempt_seconds",
+    "Duration of one HTTP attempt, redirects included.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30),
+)
+CLAIMS = Counter("gorge_webhook_claims", "Claim compare-and-set results.", ["result"])
+BREAKER_SKIPS = Counter("gorge_webhook_breaker_skips", "Hooks skipped for a poll because of the error breaker.")
+LOCK_BUSY = Counter("gorge_webhook_lock_busy", "Hooks skipped because another process held Phorge's hook lock.")
+HOOKS_IN_BACKOFF = Gauge("gorge_webhook_hooks_in_backoff", "Hooks this worker currently sees in error backoff.")
+HOOKS_MISCONFIGURED = Gauge(
+    "gorge_webhook_hooks_misconfigured", "Hooks with queued requests that cannot be signed (empty HMAC key)."
+)
+DEGRADED = Counter(
+    "gorge_webhook_degraded_events",
+    "Times the worker ran on less than it should (database errors, lost result writes).",
+    ["reason"],
+)
+TRACKED_QUEUED = Gauge("gorge_webhook_worker_tracked_queued", "Queued requests this worker knows about.")
+IN_FLIGHT = Gauge("gorge_webhook_worker_in_flight", "Requests this worker is delivering now.")

@@ -1,0 +1,52 @@
+"""What one processing of a request writes back, in Phorge's value domains. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .transport import HttpOutcome
+
+HOOK_ERROR = "hook"
+SILENT = "silent"
+DISABLED = "disabled"
+INVALID_URI = "uri"
+INVALID_OBJECT = "object"
+NOT_FOUND = "not-found"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # queued | sent | failed
+    result: str  # none | okay | fail
+    error_type: str  # hook | http | timeout
+    error_code: int | str  # int for HTTP status and libcurl numbers, str for hook codes (PHP's types)
+    attempted: bool  # lastRequestEpoch = now when attempted, else 0
+
+    @property
+    def retried(self) -> bool:
+        return self.status == "queued"
+
+
+def from_http(http: HttpOutcome, *, retry_forever: bool) -> Outcome:
+    if http.ok:
+        return Outcome("sent", "okay", http.error_type, http.error_code, attempted=True)
+    status = "queued" if retry_forever else "failed"
+    return Outcome(status, "fail", http.error_type, http.error_code, attempted=True)
+
+
+def configuration_failure(code: str) -> Outcome:
+    """PHP's failRequest(): permanent, and `none`/0 so it never feeds the breaker."""
+    return Outcome("failed", "none", HOOK_ERROR, code, attempted=False)
+
+
+def with_error(properties: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    """errorType/errorCode overwritten in place or appended, every other key kept where it was."""
+    updated = dict(properties)
+    updated["errorType"] = outcome.error_type
+    updated["errorCode"] = outcome.error_code
+    return updated
+
+
+def retries_forever(properties: dict[str, Any]) -> bool:
+    return properties.get("retry") == "forever"

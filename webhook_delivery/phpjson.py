@@ -1,0 +1,63 @@
+"""PHP-compatible JSON: the encoders behind the `properties` column and the payload. Pure, no database.
+
+PHP has two encoders in play: `phutil_json_encode` (plain json_encode: compact, `/` escaped) for the
+`properties` column and `PhutilJSON::encodeFormatted` (2-space indent, `": "`, slashes raw) for the
+payload. Both escape non-ASCII as lowercase `\\uXXXX` (surrogate pairs), leave DEL (0x7f) raw, and treat
+PHP arrays the PHP way: an empty array or one keyed exactly 0..n-1 is a JSON list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# An escaped DEL preceded by an even number of backslashes is a real escape, not escaped text.
+_ESCAPED_DEL = re.compile(r"(?<!\\)((?:\\\\)*)\\u007f")
+
+
+class UndecodableProperties(ValueError):
+    """The column is not a JSON object PHP's json_decode would accept; it must be left untouched."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_properties(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise UndecodableProperties("properties is not valid JSON") from exc
+    if value == []:
+        return {}
+    if not isinstance(value, dict):
+        raise UndecodableProperties("properties is not a JSON object")
+    return value
+
+
+def as_php_array(value: Any) -> Any:
+    """Reshape decoded JSON the way a json_decode/json_encode round trip in PHP would."""
+    if isinstance(value, dict):
+        if not value or all(key == str(i) for i, key in enumerate(value)):
+            return [as_php_array(v) for v in value.values()]
+        return {key: as_php_array(v) for key, v in value.items()}
+    if isinstance(value, list):
+        return [as_php_array(v) for v in value]
+    return value
+
+
+def _php_strings(text: str) -> str:
+    return _ESCAPED_DEL.sub("\\1\x7f", text) if "\\u007f" in text else text
+
+
+def encode_compact(value: Any) -> str:
+    """PHP json_encode($value) with no flags."""
+    text = json.dumps(as_php_array(value), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return _php_strings(text.replace("/", "\\/"))
+
+
+def encode_formatted(value: Any) -> str:
+    """PhutilJSON::encodeFormatted($value): two-space indent, `": "`, slashes unescaped, final newline."""
+    text = json.dumps(as_php_array(value), ensure_ascii=True, indent=2, allow_nan=False)
+    return _php_strings(text) + "\n"

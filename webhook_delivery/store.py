@@ -1,0 +1,263 @@
+"""The one module that talks SQL to Phorge's herald tables for delivery, and the only one that writes.
+
+It never inserts or deletes, and only UPDATEs herald_webhookrequest rows through a claim: the claim is a
+compare-and-set on `dateModified` (the version), and every result write is guarded by the claimed
+version, so a lost claim writes nothing. All times are the database's clock.
+
+The delivery thread's own connection is used for everything, including Phorge's named per-hook lock
+(GET_LOCK is bound to the connection that took it).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+from .models import HeraldWebhook, HeraldWebhookRequest
+
+REQUESTS = HeraldWebhookRequest._meta.db_table
+HOOKS = HeraldWebhook._meta.db_table
+
+_ROW_COLUMNS = (
+    "id, phid, webhookPHID, objectPHID, status, lastRequestResult, lastRequestEpoch, dateCreated, "
+    "dateModified"
+)
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    id: int
+    phid: str
+    webhook_phid: str
+    object_phid: str
+    status: str
+    last_result: str
+    last_epoch: int
+    date_created: int
+    date_modified: int
+    properties: str | None = None
+
+
+@dataclass(frozen=True)
+class Hook:
+    phid: str
+    name: str
+    status: str
+    uri: str
+    hmac_key: str
+
+    def __repr__(self) -> str:  # never print the URI or the key
+        return f"Hook(phid={self.phid!r}, name={self.name!r}, status={self.status!r})"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def is_due(row: RequestRow, now: int, lease: int, retry_backoff: int) -> bool:
+    """The candidate rule; `due_sql` below is the same rule in SQL, and a test holds them equal.
+
+    Untouched rows (dateModified = dateCreated) are due. A failed attempt waits the retry backoff from
+    its lastRequestEpoch. A row whose dateModified moved past its last result is under a claim and waits
+    for the lease to expire. After our own result write dateModified = lastRequestEpoch.
+    """
+    if row.status != "queued":
+        return False
+    if row.date_modified == row.date_created:
+        return True
+    failed = row.last_result == "fail"
+    if failed and row.last_epoch > now - retry_backoff:
+        return False
+    return (failed and row.date_modified == row.last_epoch) or row.date_modified <= now - lease
+
+
+def next_due(row: RequestRow, lease: int, retry_backoff: int) -> int:
+    """The earliest database time at which `row` (as read) becomes due."""
+    if row.date_modified == row.date_created:
+        return 0
+    failed = row.last_result == "fail"
+    after_retry = row.last_epoch + retry_backoff if failed else 0
+    after_claim = 0 if failed and row.date_modified == row.last_epoch else row.date_modified + lease
+    return max(after_retry, after_claim)
+
+
+class Store:
+    def __init__(self, alias: str = "phorge") -> None:
+        self.alias = alias
+        self._local_locks: dict[str, threading.Lock] = {}
+        self._local_locks_guard = threading.Lock()
+
+    @property
+    def connection(self) -> Any:
+        return connections[self.alias]
+
+    @property
+    def is_mysql(self) -> bool:
+        return bool(self.connection.vendor == "mysql")
+
+    @property
+    def now_sql(self) -> str:
+        return "UNIX_TIMESTAMP()" if self.is_mysql else "CAST(strftime('%%s', 'now') AS INTEGER)"
+
+    def _greatest(self, a: str, b: str) -> str:
+        return f"GREATEST({a}, {b})" if self.is_mysql else f"MAX({a}, {b})"
+
+    def due_sql(self) -> str:
+        now = self.now_sql
+        return (
+            "(status = 'queued' AND (dateModified = dateCreated OR ("
+            f"(lastRequestResult <> 'fail' OR lastRequestEpoch <= {now} - %(retry)s) AND ("
+            "(lastRequestResult = 'fail' AND dateModified = lastRequestEpoch)"
+            f" OR dateModified <= {now} - %(lease)s))))"
+        )
+
+    def _rows(self, sql: str, params: Any) -> tuple[list[RequestRow], int]:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            fetched = cursor.fetchall()
+        now = int(fetched[0][-1]) if fetched else self.db_now()
+        rows = [
+            RequestRow(
+                id=int(r[0]),
+                phid=_text(r[1]),
+                webhook_phid=_text(r[2]),
+                object_phid=_text(r[3]),
+                status=_text(r[4]),
+                last_result=_text(r[5]),
+                last_epoch=int(r[6]),
+                date_created=int(r[7]),
+                date_modified=int(r[8]),
+                properties=None if r[9] is None else _text(r[9]),
+            )
+            for r in fetched
+        ]
+        return rows, now
+
+    def db_now(self) -> int:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {self.now_sql}")
+            return int(cursor.fetchone()[0])
+
+    def max_request_id(self) -> int:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT MAX(id) FROM {REQUESTS}")
+            value = cursor.fetchone()[0]
+        return int(value or 0)
+
+    def scan_after(self, after_id: int, limit: int) -> tuple[list[RequestRow], int]:
+        """Rows above `after_id` in id order (any status; properties only for queued rows) + db now."""
+        sql = (
+            f"SELECT {_ROW_COLUMNS}, CASE WHEN status = 'queued' THEN properties END, {self.now_sql} "
+            f"FROM {REQUESTS} WHERE id > %s ORDER BY id LIMIT %s"
+        )
+        return self._rows(sql, (after_id, limit))
+
+    def fetch(self, ids: list[int]) -> tuple[list[RequestRow], int]:
+        """The rows with these ids, by primary key (properties only for queued rows) + db now."""
+        if not ids:
+            return [], self.db_now()
+        marks = ", ".join(["%s"] * len(ids))
+        sql = (
+            f"SELECT {_ROW_COLUMNS}, CASE WHEN status = 'queued' THEN properties END, {self.now_sql} "
+            f"FROM {REQUESTS} WHERE id IN ({marks})"
+        )
+        return self._rows(sql, ids)
+
+    def queued_up_to(self, max_id: int) -> tuple[list[RequestRow], int]:
+        """Every queued row at or below `max_id`: a full scan on Phorge's schema, run rarely."""
+        sql = (
+            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} "
+            f"FROM {REQUESTS} WHERE status = 'queued' AND id <= %s"
+        )
+        return self._rows(sql, (max_id,))
+
+    def hooks(self) -> dict[str, Hook]:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT phid, name, status, webhookURI, hmacKey FROM {HOOKS}")
+            return {
+                _text(phid): Hook(_text(phid), _text(name), _text(status), _text(uri), _text(key))
+                for phid, name, status, uri, key in cursor.fetchall()
+            }
+
+    def claim(self, row: RequestRow, *, lease: int, retry_backoff: int) -> int | None:
+        """Compare-and-set the version; returns the new version when this process won the row.
+
+        MySQL hands the new value back through LAST_INSERT_ID(expr), SQLite through RETURNING, so a
+        claim is one round trip.
+        """
+        version = self._greatest("dateModified + 1", self.now_sql)
+        where = f"WHERE id = %(id)s AND dateModified = %(version)s AND {self.due_sql()}"
+        params = {"id": row.id, "version": row.date_modified, "lease": lease, "retry": retry_backoff}
+        with self.connection.cursor() as cursor:
+            if self.is_mysql:
+                cursor.execute(f"UPDATE {REQUESTS} SET dateModified = LAST_INSERT_ID({version}) {where}", params)
+                return int(cursor.lastrowid) if cursor.rowcount == 1 else None
+            cursor.execute(f"UPDATE {REQUESTS} SET dateModified = {version} {where} RETURNING dateModified", params)
+            won = cursor.fetchone()
+            return None if won is None else int(won[0])
+
+    def write_outcome(
+        self, row_id: int, version: int, *, status: str, result: str, attempted: bool, properties: str | None
+    ) -> int | None:
+        """Write one outcome if our claim still holds; returns the database time written, None if lost.
+
+        `properties=None` leaves the column byte-for-byte as it is. lastRequestEpoch and dateModified get
+        the same clock reading, which is how is_due() recognises a row that is not under a claim.
+        """
+        now = self.now_sql
+        stamp = f"LAST_INSERT_ID({now})" if self.is_mysql else now
+        assignments = ["status = %(status)s", "lastRequestResult = %(result)s"]
+        if properties is not None:
+            assignments.append("properties = %(properties)s")
+        assignments.append(f"lastRequestEpoch = {now if attempted else '0'}")
+        assignments.append(f"dateModified = {stamp}")
+        sql = (
+            f"UPDATE {REQUESTS} SET {', '.join(assignments)} "
+            "WHERE id = %(id)s AND status = 'queued' AND dateModified = %(version)s"
+        )
+        params = {"status": status, "result": result, "properties": properties, "id": row_id, "version": version}
+        with self.connection.cursor() as cursor:
+            if self.is_mysql:
+                cursor.execute(sql, params)
+                return int(cursor.lastrowid) if cursor.rowcount == 1 else None
+            cursor.execute(f"{sql} RETURNING dateModified", params)
+            written = cursor.fetchone()
+            return None if written is None else int(written[0])
+
+    def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> tuple[list[int], int]:
+        """Epochs of this hook's failed attempts inside the breaker window, newest first (key_ratelimit)."""
+        sql = (
+            f"SELECT lastRequestEpoch, {self.now_sql} FROM {REQUESTS} WHERE webhookPHID = %s "
+            f"AND lastRequestResult = 'fail' AND lastRequestEpoch >= {self.now_sql} - %s "
+            "ORDER BY lastRequestEpoch DESC LIMIT %s"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, (hook_phid, window, limit))
+            fetched = cursor.fetchall()
+        now = int(fetched[0][1]) if fetched else self.db_now()
+        return [int(r[0]) for r in fetched], now
+
+    def try_lock(self, name: str) -> bool:
+        """Phorge's named lock with zero wait, on this thread's connection (in-process on SQLite)."""
+        if not self.is_mysql:
+            with self._local_locks_guard:
+                lock = self._local_locks.setdefault(name, threading.Lock())
+            return lock.acquire(blocking=False)
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK(%s, 0)", (name,))
+            return cursor.fetchone()[0] == 1
+
+    def release_lock(self, name: str) -> None:
+        if not self.is_mysql:
+            self._local_locks[name].release()
+            return
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT RELEASE_LOCK(%s)", (name,))
+
+    def close(self) -> None:
+        self.connection.close()

@@ -1,0 +1,172 @@
+"""Finds due requests without scanning Phorge's retained history on every poll.
+
+Upstream Phorge has no index on `status`, so `WHERE status = 'queued' ORDER BY id` reads every retained
+row (a week of a busy site is a million). Instead:
+
+* new rows are read by primary-key range above a frontier (the highest id seen);
+* queued rows below the frontier are remembered with the database time they become due, and re-read by
+  primary key only then;
+* an id the range read skipped (an insert not yet committed) is re-read until it appears or settles;
+* a full scan runs at start-up and rarely afterwards, as a safety net.
+
+The tracker only proposes candidates: the claim in store.Store re-checks everything in SQL.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from .store import RequestRow, Store, is_due, next_due
+
+SCAN_BATCH = 1000
+FETCH_BATCH = 500
+GAP_SETTLE_SEC = 120.0
+SWEEP_INTERVAL_SEC = 600.0
+PROPERTIES_CACHE_ROWS = 4096
+
+
+class QueueTracker:
+    def __init__(self, store: Store, *, lease: int, retry_backoff: int) -> None:
+        self.store = store
+        self.lease = lease
+        self.retry_backoff = retry_backoff
+        self.frontier = 0
+        self.known: dict[int, RequestRow] = {}
+        self.due_at: dict[int, int] = {}
+        self.gaps: dict[int, float] = {}
+        self.in_flight: set[int] = set()
+        self.clock_offset = 0.0
+        self._cached_properties = 0
+        self._last_sweep = 0.0
+        self.started = False
+
+    def estimated_now(self) -> int:
+        return int(time.time() + self.clock_offset)
+
+    def _saw_clock(self, db_now: int) -> None:
+        self.clock_offset = db_now - time.time()
+
+    def start(self) -> None:
+        self.frontier = self.store.max_request_id()
+        self._sweep()
+        self.started = True
+
+    def _sweep(self) -> None:
+        rows, now = self.store.queued_up_to(self.frontier)
+        self._saw_clock(now)
+        for row in rows:
+            if row.id not in self.known:
+                self._track(row)
+        self._last_sweep = time.monotonic()
+
+    def _track(self, row: RequestRow) -> None:
+        if row.status != "queued":
+            self.forget(row.id)
+            return
+        previous = self.known.get(row.id)
+        if previous is not None and previous.properties is not None:
+            self._cached_properties -= 1
+        if row.properties is not None:
+            if self._cached_properties >= PROPERTIES_CACHE_ROWS:
+                row = replace(row, properties=None)
+            else:
+                self._cached_properties += 1
+        self.known[row.id] = row
+        self.due_at[row.id] = next_due(row, self.lease, self.retry_backoff)
+
+    def forget(self, row_id: int) -> None:
+        row = self.known.pop(row_id, None)
+        if row is not None and row.properties is not None:
+            self._cached_properties -= 1
+        self.due_at.pop(row_id, None)
+
+    def refresh(self, rows: Iterable[RequestRow], db_now: int | None = None) -> None:
+        """Take newer snapshots (after our own claims and writes, or a re-read)."""
+        if db_now is not None:
+            self._saw_clock(db_now)
+        for row in rows:
+            self._track(row)
+
+    def recheck_soon(self, row_id: int) -> None:
+        if row_id in self.due_at:
+            self.due_at[row_id] = 0
+            row = self.known[row_id]
+            if row.properties is not None:
+                self._cached_properties -= 1
+                self.known[row_id] = replace(row, properties=None)
+
+    def _scan_new(self) -> bool:
+        rows, now = self.store.scan_after(self.frontier, SCAN_BATCH)
+        self._saw_clock(now)
+        expected = self.frontier + 1
+        for row in rows:
+            for missing in range(expected, row.id):
+                self.gaps.setdefault(missing, time.monotonic())
+            expected = row.id + 1
+            self._track(row)
+        if rows:
+            self.frontier = rows[-1].id
+        return len(rows) == SCAN_BATCH
+
+    def _recheck_gaps(self) -> None:
+        if not self.gaps:
+            return
+        ids = sorted(self.gaps)[:FETCH_BATCH]
+        rows, now = self.store.fetch(ids)
+        self._saw_clock(now)
+        for row in rows:
+            self.gaps.pop(row.id, None)
+            self._track(row)
+        settled = time.monotonic() - GAP_SETTLE_SEC
+        for gap_id in [i for i, seen in self.gaps.items() if seen < settled]:
+            del self.gaps[gap_id]
+
+    def poll(self, schedulable: Callable[[str], bool] = lambda hook: True) -> tuple[list[RequestRow], bool]:
+        """Due rows (oldest first) of schedulable hooks, and whether more new rows wait to be read."""
+        if not self.started:
+            self.start()
+        more = self._scan_new()
+        self._recheck_gaps()
+        if time.monotonic() - self._last_sweep > SWEEP_INTERVAL_SEC:
+            self._sweep()
+        now = self.estimated_now()
+        stale = sorted(
+            row_id
+            for row_id, due in self.due_at.items()
+            if due <= now
+            and row_id not in self.in_flight
+            and self.known[row_id].properties is None
+            and schedulable(self.known[row_id].webhook_phid)
+        )[:FETCH_BATCH]
+        if stale:
+            rows, db_now = self.store.fetch(stale)
+            self._saw_clock(db_now)
+            found = {row.id for row in rows}
+            for row_id in stale:
+                if row_id not in found:
+                    self.forget(row_id)
+            self.refresh(rows)
+        now = self.estimated_now()
+        due = [
+            row
+            for row_id, row in sorted(self.known.items())
+            if row_id not in self.in_flight
+            and row.properties is not None
+            and self.due_at[row_id] <= now
+            and is_due(row, now, self.lease, self.retry_backoff)
+            and schedulable(row.webhook_phid)
+        ]
+        return due, more
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the earliest known row not in flight becomes due (None: nothing tracked)."""
+        pending = [due for row_id, due in self.due_at.items() if row_id not in self.in_flight]
+        if not pending:
+            return None
+        return max(0.0, min(pending) - (time.time() + self.clock_offset))
+
+    @property
+    def queued_count(self) -> int:
+        return len(self.known)

@@ -1,0 +1,371 @@
+"""One HTTP attempt the way Phorge's HTTPSFuture makes it, over a requests adapter that pins addresses.
+
+* One total deadline per attempt (connect, send, redirects and the whole response body), like
+  CURLOPT_TIMEOUT_MS: every socket read and write gets only the time left, so neither a trickled header
+  nor an endless body can hold a worker past it.
+* The connection goes to the address that passed the blacklist (no second DNS lookup); TLS still
+  verifies the certificate against the host name.
+* Response bodies are drained, never kept and never decompressed: memory stays bounded.
+* Failures are recorded with libcurl's error numbers, as PHP records them.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import http.client
+import ssl
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urljoin
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
+from .config import IPNetwork
+from .netguard import (
+    InvalidURI,
+    IPAddress,
+    ResolveTimeout,
+    Resolver,
+    Target,
+    TemporaryDNSFailure,
+    parse_target,
+    resolve_allowed,
+)
+from .payload import SIGNATURE_HEADER
+
+# Real deliveries by Phorge's daemons carry this agent (libcurl 7.88.1 is Debian 12's); some receivers
+# filter on it, so we send what PHP sends.
+USER_AGENT = "Arcanist/1.0 cURL/7.88.1"
+MAX_REDIRECTS = 20
+READ_CHUNK = 64 * 1024
+
+CURLE_UNSUPPORTED_PROTOCOL = 1
+CURLE_COULDNT_RESOLVE_HOST = 6
+CURLE_COULDNT_CONNECT = 7
+CURLE_PARTIAL_FILE = 18
+CURLE_OPERATION_TIMEDOUT = 28
+CURLE_SSL_CONNECT_ERROR = 35
+CURLE_TOO_MANY_REDIRECTS = 47
+CURLE_GOT_NOTHING = 52
+CURLE_RECV_ERROR = 56
+CURLE_PEER_FAILED_VERIFICATION = 60
+
+
+@dataclass(frozen=True)
+class HttpOutcome:
+    """What PHP would store: `errorType` (http or timeout) and `errorCode`; success iff 2xx status."""
+
+    error_type: str
+    error_code: int
+
+    @property
+    def ok(self) -> bool:
+        return self.error_type == "http" and 200 <= self.error_code <= 299
+
+
+class _Attempt(threading.local):
+    deadline: float = 0.0
+    addresses: tuple[str, ...] = ()
+
+
+_attempt = _Attempt()
+
+
+def _remaining() -> float:
+    left = _attempt.deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("delivery deadline reached")
+    return left
+
+
+class _DeadlineSocket(socket.socket):
+    def recv_into(self, *args: Any, **kwargs: Any) -> int:
+        self.settimeout(_remaining())
+        return super().recv_into(*args, **kwargs)
+
+    def recv(self, *args: Any, **kwargs: Any) -> bytes:
+        self.settimeout(_remaining())
+        return super().recv(*args, **kwargs)
+
+    def sendall(self, *args: Any, **kwargs: Any) -> None:
+        self.settimeout(_remaining())
+        super().sendall(*args, **kwargs)
+
+    def send(self, *args: Any, **kwargs: Any) -> int:
+        self.settimeout(_remaining())
+        return super().send(*args, **kwargs)
+
+
+class _DeadlineSSLSocket(ssl.SSLSocket):
+    def recv_into(self, *args: Any, **kwargs: Any) -> int:
+        self.settimeout(_remaining())
+        return super().recv_into(*args, **kwargs)
+
+    def recv(self, *args: Any, **kwargs: Any) -> bytes:
+        self.settimeout(_remaining())
+        return super().recv(*args, **kwargs)
+
+    def sendall(self, *args: Any, **kwargs: Any) -> None:
+        self.settimeout(_remaining())
+        super().sendall(*args, **kwargs)
+
+    def send(self, *args: Any, **kwargs: Any) -> int:
+        self.settimeout(_remaining())
+        return super().send(*args, **kwargs)
+
+
+def _tls_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.sslsocket_class = _DeadlineSSLSocket
+    return context
+
+
+_TLS_CONTEXT = _tls_context()
+
+
+class _PinnedConnectionMixin:
+    host: str
+    port: int
+
+    def _new_conn(self) -> socket.socket:
+        addresses = _attempt.addresses or (self.host.strip("[]"),)
+        last_error: OSError | None = None
+        for address in addresses:
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            sock = _DeadlineSocket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.settimeout(_remaining())
+                sock.connect((address, self.port))
+                return sock
+            except TimeoutError as exc:
+                sock.close()
+                raise ConnectTimeoutError(self, "connection timed out") from exc
+            except OSError as exc:
+                sock.close()
+                last_error = exc
+        raise NewConnectionError(self, "failed to connect") from last_error
+
+
+class _HTTPConnection(_PinnedConnectionMixin, HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_PinnedConnectionMixin, HTTPSConnection):
+    pass
+
+
+class _HTTPPool(HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+class _PinnedRequest(requests.PreparedRequest):
+    tls_hostname: str = ""
+
+
+class PinnedAdapter(HTTPAdapter):
+    """requests' adapter with connections pinned to checked addresses (idea from requests-hardened)."""
+
+    def __init__(self) -> None:
+        super().__init__(pool_connections=64, pool_maxsize=1, max_retries=0)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+
+    def build_connection_pool_key_attributes(
+        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        if host_params["scheme"] == "https":
+            hostname = getattr(request, "tls_hostname", "") or host_params["host"]
+            pool_kwargs["server_hostname"] = hostname
+            pool_kwargs["assert_hostname"] = hostname
+            pool_kwargs["ssl_context"] = _TLS_CONTEXT
+        return host_params, pool_kwargs
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        # The shared context already holds the system trust store; don't reload a bundle per connection.
+        conn.cert_reqs = "CERT_REQUIRED" if url.lower().startswith("https") else "CERT_NONE"
+
+
+_adapters = threading.local()
+
+
+def _adapter() -> PinnedAdapter:
+    adapter = getattr(_adapters, "adapter", None)
+    if adapter is None:
+        adapter = _adapters.adapter = PinnedAdapter()
+    return adapter
+
+
+def close_thread_connections() -> None:
+    adapter = getattr(_adapters, "adapter", None)
+    if adapter is not None:
+        adapter.close()
+        _adapters.adapter = None
+
+
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop()
+        if any(current is known for known in seen):
+            continue
+        seen.append(current)
+        for linked in (current.__cause__, current.__context__, getattr(current, "reason", None)):
+            if isinstance(linked, BaseException):
+                stack.append(linked)
+        stack.extend(arg for arg in current.args if isinstance(arg, BaseException))
+    return seen
+
+
+def classify(exc: BaseException) -> HttpOutcome:
+    """Map a transport failure to PHP's (errorType, errorCode): timeout/28 or http/<libcurl number>."""
+    chain = _exception_chain(exc)
+
+    def has(*types: type[BaseException]) -> bool:
+        return any(isinstance(e, types) for e in chain)
+
+    # urllib3's NewConnectionError subclasses its ConnectTimeoutError: test real timeouts first.
+    if has(TimeoutError, ResolveTimeout, urllib3.exceptions.ReadTimeoutError) or (
+        has(urllib3.exceptions.ConnectTimeoutError) and not has(NewConnectionError)
+    ):
+        return HttpOutcome("timeout", CURLE_OPERATION_TIMEDOUT)
+    if has(TemporaryDNSFailure):
+        return HttpOutcome("http", CURLE_COULDNT_RESOLVE_HOST)
+    if has(ssl.SSLCertVerificationError, ssl.CertificateError):
+        return HttpOutcome("http", CURLE_PEER_FAILED_VERIFICATION)
+    if has(ssl.SSLError):
+        return HttpOutcome("http", CURLE_SSL_CONNECT_ERROR)
+    if has(ConnectionRefusedError, NewConnectionError):
+        return HttpOutcome("http", CURLE_COULDNT_CONNECT)
+    if any(isinstance(e, OSError) and e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) for e in chain):
+        return HttpOutcome("http", CURLE_COULDNT_CONNECT)
+    if has(http.client.RemoteDisconnected):
+        return HttpOutcome("http", CURLE_GOT_NOTHING)
+    if has(http.client.IncompleteRead, urllib3.exceptions.IncompleteRead):
+        return HttpOutcome("http", CURLE_PARTIAL_FILE)
+    if has(ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
+        return HttpOutcome("http", CURLE_RECV_ERROR)
+    if has(http.client.HTTPException, urllib3.exceptions.ProtocolError) and not has(OSError):
+        return HttpOutcome("http", CURLE_UNSUPPORTED_PROTOCOL)
+    return HttpOutcome("http", CURLE_RECV_ERROR)
+
+
+def _headers(target: Target, signature: str, body: bytes | None) -> CaseInsensitiveDict[str]:
+    # Wire order of libcurl: Host, [Authorization], User-Agent, Accept, the caller's headers in call order,
+    # Accept-Encoding, Content-Length.
+    headers: CaseInsensitiveDict[str] = CaseInsensitiveDict()
+    headers["Host"] = target.host_header
+    if target.userinfo:
+        credentials = unquote(target.userinfo).encode("utf-8")
+        headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode("ascii")
+    headers["User-Agent"] = USER_AGENT
+    headers["Accept"] = "*/*"
+    headers["Content-Type"] = "application/json"
+    headers[SIGNATURE_HEADER] = signature
+    headers["Accept-Encoding"] = "gzip"
+    headers["Content-Length"] = str(len(body) if body else 0)
+    return headers
+
+
+def _send_once(target: Target, address: IPAddress, headers: CaseInsensitiveDict[str], body: bytes | None) -> Any:
+    host = f"[{address}]" if address.version == 6 else str(address)
+    request = _PinnedRequest()
+    request.method = "POST"
+    request.url = f"{target.scheme}://{host}:{target.port}{target.request_target}"
+    request.headers = headers
+    request.body = body
+    request.tls_hostname = target.host
+    left = _remaining()
+    return _adapter().send(request, stream=True, timeout=(left, left), verify=True)
+
+
+def _drain(raw: Any) -> None:
+    while raw.read(READ_CHUNK, decode_content=False):
+        pass
+    raw.release_conn()
+
+
+def start_attempt(timeout: float) -> None:
+    """Start the attempt's deadline clock: URI checks and name resolution count against it too."""
+    _attempt.deadline = time.monotonic() + timeout
+
+
+def check_uri(uri: str, blacklist: Sequence[IPNetwork], resolver: Resolver) -> tuple[Target, IPAddress]:
+    """Phorge's URI validation for one hop; raises InvalidURI, TemporaryDNSFailure or ResolveTimeout."""
+    target = parse_target(uri)
+    return target, resolve_allowed(target, blacklist, resolver, _remaining())
+
+
+def post(
+    uri: str,
+    body: bytes,
+    signature: str,
+    *,
+    first_hop: tuple[Target, IPAddress],
+    blacklist: Sequence[IPNetwork],
+    resolver: Resolver,
+) -> HttpOutcome:
+    """POST `body` as Phorge does, within the deadline set by start_attempt.
+
+    Raises InvalidURI when a redirect hop is refused.
+    """
+    try:
+        current_uri = uri
+        payload: bytes | None = body
+        target, address = first_hop
+        for hop in range(MAX_REDIRECTS + 1):
+            if hop:
+                target, address = check_uri(current_uri, blacklist, resolver)
+            _attempt.addresses = (str(address),)
+            response = _send_once(target, address, _headers(target, signature, payload), payload)
+            raw = response.raw
+            try:
+                _drain(raw)
+            except BaseException:
+                raw.close()
+                raw.release_conn()
+                raise
+            status = int(response.status_code)
+            location = response.headers.get("Location")
+            if status not in (301, 302, 303, 307, 308) or not location:
+                return HttpOutcome("http", status)
+            current_uri = urljoin(current_uri, location.strip())
+            if status in (301, 302, 303):
+                payload = None
+        return HttpOutcome("http", CURLE_TOO_MANY_REDIRECTS)
+    except InvalidURI:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every transport failure becomes a PHP-style outcome
+        return failure(exc)
+    finally:
+        end_attempt()
+
+
+def failure(exc: BaseException) -> HttpOutcome:
+    if time.monotonic() >= _attempt.deadline:
+        return HttpOutcome("timeout", CURLE_OPERATION_TIMEDOUT)
+    return classify(exc)
+
+
+def end_attempt() -> None:
+    _attempt.deadline = 0.0
+    _attempt.addresses = ()

@@ -1,0 +1,404 @@
+"""The claim-and-deliver loop behind `manage.py deliver_webhooks`.
+
+The main thread polls (QueueTracker), groups due requests by hook and hands each hook to one pool thread
+at a time (a "job"). A job takes Phorge's named lock for the hook on its own connection (busy: the hook is
+skipped for now), checks Phorge's error breaker, then claims, delivers and writes its rows one by one.
+Hooks that are busy, in backoff or misconfigured never hold back the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from types import FrameType
+from typing import Any
+
+from django.db import DatabaseError, connections
+
+from . import metrics
+from .config import DeliveryConfig
+from .dispatcher import Dispatcher
+from .locks import webhook_lock_name
+from .outcomes import Outcome, with_error
+from .phpjson import UndecodableProperties, decode_properties, encode_compact
+from .store import Hook, RequestRow, Store
+from .tracker import QueueTracker
+
+logger = logging.getLogger(__name__)
+
+ROWS_PER_JOB = 32
+LOCK_BUSY_SKIP_SEC = 1.0
+DB_RETRY_MAX_SEC = 30.0
+WRITE_MARGIN_SEC = 2.0
+
+
+@dataclass
+class Job:
+    hook_phid: str
+    hook: Hook | None
+    rows: list[RequestRow]
+
+
+@dataclass
+class JobResult:
+    hook_phid: str
+    finished: list[int] = field(default_factory=list)
+    retry: list[RequestRow] = field(default_factory=list)
+    recheck: list[int] = field(default_factory=list)
+    lock_busy: bool = False
+    backoff_until: int | None = None
+    database_error: bool = False
+
+
+class Worker:
+    def __init__(
+        self,
+        config: DeliveryConfig,
+        *,
+        store: Store | None = None,
+        dispatcher: Dispatcher | None = None,
+        max_concurrent: int | None = None,
+        poll_interval_ms: int | None = None,
+        once: bool = False,
+    ) -> None:
+        self.config = config
+        self.store = store or Store()
+        self.dispatcher = dispatcher or Dispatcher(config)
+        self.max_concurrent = max_concurrent or config.max_concurrent
+        self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
+        self.once = once
+        self.tracker = QueueTracker(
+            self.store, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec
+        )
+        self.stopping = threading.Event()
+        self.hooks: dict[str, Hook] = {}
+        self.busy_hooks: set[str] = set()
+        self.skip_until: dict[str, float] = {}
+        self.backoff_until: dict[str, int] = {}
+        self.misconfigured: set[str] = set()
+        self._db_down_since: float | None = None
+        self._signals = 0
+        self._thread_connections: list[Any] = []
+        self._registry_lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("not in the main thread: signal handlers not installed")
+            return lambda: None
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                logger.warning("second signal: exiting now; claimed requests come back after the lease")
+                os._exit(1)
+            logger.info("stopping: no new claims, finishing deliveries in flight", extra={"signal": signum})
+            self.stop()
+
+        for sig in previous:
+            signal.signal(sig, handle)
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> int:
+        restore = self.install_signal_handlers()
+        logger.info(
+            "deliver_webhooks started",
+            extra={
+                "max_concurrent": self.max_concurrent,
+                "poll_interval_ms": int(self.poll_interval * 1000),
+                "lease_sec": self.config.claim_lease_sec,
+                "retry_backoff_sec": self.config.retry_backoff_sec,
+                "timeout_sec": self.config.delivery_timeout,
+            },
+        )
+        pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
+        running: dict[Future[JobResult], Job] = {}
+        try:
+            while not self.stopping.is_set():
+                scheduled, more = self._poll_and_schedule(pool, running)
+                if self.once and not running and not scheduled and not more:
+                    break
+                self._wait(running, scheduled or more)
+        finally:
+            for future in list(running):
+                self._absorb(future.result(), running.pop(future))
+            pool.shutdown(wait=True)
+            self._close_connections()
+            restore()
+        logger.info("deliver_webhooks stopped")
+        return 0
+
+    def _wait(self, running: dict[Future[JobResult], Job], busy: bool) -> None:
+        if running:
+            done, _ = wait(list(running), timeout=0 if busy and len(running) < self.max_concurrent else
+                           self.poll_interval, return_when=FIRST_COMPLETED)
+            for future in done:
+                self._absorb(future.result(), running.pop(future))
+        elif not busy:
+            self.stopping.wait(self.poll_interval)
+
+    # -- main thread: poll and schedule ----------------------------------------------------------
+
+    def _schedulable(self, hook_phid: str) -> bool:
+        if hook_phid in self.busy_hooks or hook_phid in self.misconfigured:
+            return False
+        if self.skip_until.get(hook_phid, 0.0) > time.monotonic():
+            return False
+        return self.backoff_until.get(hook_phid, 0) <= self.tracker.estimated_now()
+
+    def _poll_and_schedule(self, pool: ThreadPoolExecutor, running: dict[Future[JobResult], Job]) -> tuple[bool, bool]:
+        free = self.max_concurrent - len(running)
+        try:
+            due, more = self.tracker.poll(self._schedulable)
+            if due and free > 0:
+                self.hooks = self.store.hooks()
+                self._note_misconfigured(due)
+            self._database_recovered()
+        except DatabaseError:
+            self._database_failed()
+            return False, False
+        metrics.TRACKED_QUEUED.set(self.tracker.queued_count)
+        by_hook: dict[str, list[RequestRow]] = {}
+        for row in due:
+            if self._schedulable(row.webhook_phid):
+                by_hook.setdefault(row.webhook_phid, []).append(row)
+        scheduled = False
+        for hook_phid, rows in by_hook.items():
+            if free <= 0 or self.stopping.is_set():
+                break
+            job = Job(hook_phid, self.hooks.get(hook_phid), rows[:ROWS_PER_JOB])
+            self.busy_hooks.add(hook_phid)
+            self.tracker.in_flight.update(row.id for row in job.rows)
+            running[pool.submit(self._run_job, job)] = job
+            free -= 1
+            scheduled = True
+        metrics.IN_FLIGHT.set(len(self.tracker.in_flight))
+        return scheduled, more or (bool(by_hook) and free <= 0)
+
+    def _note_misconfigured(self, due: list[RequestRow]) -> None:
+        unsigned = {phid for phid, hook in self.hooks.items() if not hook.hmac_key}
+        for phid in unsigned - self.misconfigured:
+            if any(row.webhook_phid == phid for row in due):
+                logger.error(
+                    "hook has an empty HMAC key: its requests stay queued until a key is set",
+                    extra={"hook": phid, "hook_name": self.hooks[phid].name},
+                )
+        for phid in self.misconfigured - unsigned:
+            logger.info("hook has an HMAC key again: delivering its requests", extra={"hook": phid})
+        self.misconfigured = unsigned
+        metrics.HOOKS_MISCONFIGURED.set(len(unsigned))
+
+    def _absorb(self, result: JobResult, job: Job) -> None:
+        self.busy_hooks.discard(job.hook_phid)
+        self.tracker.in_flight.difference_update(row.id for row in job.rows)
+        for row_id in result.finished:
+            self.tracker.forget(row_id)
+        self.tracker.refresh(result.retry)
+        for row_id in result.recheck:
+            self.tracker.recheck_soon(row_id)
+        if result.lock_busy:
+            metrics.LOCK_BUSY.inc()
+            self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC
+        if result.backoff_until is not None:
+            metrics.BREAKER_SKIPS.inc()
+            if job.hook_phid not in self.backoff_until:
+                logger.warning(
+                    "hook entered error backoff: too many recent failures",
+                    extra={"hook": job.hook_phid, "until_epoch": result.backoff_until},
+                )
+            self.backoff_until[job.hook_phid] = result.backoff_until
+        elif job.hook_phid in self.backoff_until and not result.lock_busy and not result.database_error:
+            del self.backoff_until[job.hook_phid]
+            logger.info("hook left error backoff", extra={"hook": job.hook_phid})
+        metrics.HOOKS_IN_BACKOFF.set(len(self.backoff_until))
+        if result.database_error:
+            self._database_failed()
+
+    def _database_failed(self) -> None:
+        metrics.DEGRADED.labels("database").inc()
+        if self._db_down_since is None:
+            self._db_down_since = time.monotonic()
+            logger.error("database unavailable: backing off and reconnecting; nothing is marked failed")
+        for alias_connection in (connections[self.store.alias],):
+            alias_connection.close()
+        delay = min(DB_RETRY_MAX_SEC, 0.5 + (time.monotonic() - self._db_down_since) / 4)
+        self.stopping.wait(delay)
+
+    def _database_recovered(self) -> None:
+        if self._db_down_since is not None:
+            logger.info(
+                "database reachable again",
+                extra={"outage_sec": round(time.monotonic() - self._db_down_since, 1)},
+            )
+            self._db_down_since = None
+
+    # -- pool threads: one hook at a time --------------------------------------------------------
+
+    def _register_thread_connection(self) -> None:
+        connection = connections[self.store.alias]
+        with self._registry_lock:
+            if all(known is not connection for known in self._thread_connections):
+                connection.inc_thread_sharing()
+                self._thread_connections.append(connection)
+
+    def _close_connections(self) -> None:
+        for connection in self._thread_connections:
+            connection.close()
+        connections[self.store.alias].close()
+
+    def _run_job(self, job: Job) -> JobResult:
+        result = JobResult(job.hook_phid)
+        self._register_thread_connection()
+        connection = connections[self.store.alias]
+        lock = webhook_lock_name(self.config.namespace, job.hook_phid)
+        try:
+            connection.close_if_unusable_or_obsolete()
+            if not self.store.try_lock(lock):
+                result.lock_busy = True
+                return result
+            try:
+                if self._in_backoff(job.hook_phid, result):
+                    return result
+                for row in job.rows:
+                    if self.stopping.is_set():
+                        break
+                    if not self._deliver_row(job, row, result):
+                        break
+            finally:
+                self.store.release_lock(lock)
+        except DatabaseError:
+            result.database_error = True
+            connection.close()
+        except Exception:
+            logger.exception("unexpected error in delivery job", extra={"hook": job.hook_phid})
+        return result
+
+    def _in_backoff(self, hook_phid: str, result: JobResult) -> bool:
+        threshold = self.config.error_threshold
+        window = self.config.error_backoff_sec
+        epochs, _now = self.store.recent_failures(hook_phid, window=window, limit=threshold)
+        if len(epochs) >= threshold:
+            result.backoff_until = epochs[threshold - 1] + window + 1
+            return True
+        return False
+
+    def _deliver_row(self, job: Job, row: RequestRow, result: JobResult) -> bool:
+        """Claim, deliver and write one row; False ends the job (breaker tripped)."""
+        if job.hook is not None and not job.hook.hmac_key:
+            return False
+        try:
+            properties: dict[str, Any] | None = decode_properties(row.properties or "")
+        except UndecodableProperties:
+            properties = None
+        version = self.store.claim(
+            row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec
+        )
+        if version is None:
+            metrics.CLAIMS.labels("lost").inc()
+            result.recheck.append(row.id)
+            return True
+        metrics.CLAIMS.labels("won").inc()
+        claimed_at = time.monotonic()
+        if properties is None:
+            logger.error(
+                "request properties cannot be decoded: marked failed, column left untouched",
+                extra={"request": row.phid, "hook": row.webhook_phid},
+            )
+            written = self._write(row, version, claimed_at, "failed", "none", False, None)
+            metrics.DELIVERIES.labels("failed", "properties").inc()
+            self._finish(row, written, result)
+            return True
+        outcome = self.dispatcher.process(row, properties, job.hook)
+        new_properties = encode_compact(with_error(properties, outcome))
+        written = self._write(
+            row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
+        )
+        self._record(row, outcome, written)
+        if written is not None and outcome.retried:
+            result.retry.append(
+                replace(
+                    row,
+                    last_result=outcome.result,
+                    last_epoch=written,
+                    date_modified=written,
+                    properties=new_properties,
+                )
+            )
+        else:
+            self._finish(row, written, result)
+        if outcome.result == "fail":
+            return not self._in_backoff(row.webhook_phid, result)
+        return True
+
+    def _finish(self, row: RequestRow, written: int | None, result: JobResult) -> None:
+        if written is None:
+            result.recheck.append(row.id)
+        else:
+            result.finished.append(row.id)
+
+    def _write(
+        self,
+        row: RequestRow,
+        version: int,
+        claimed_at: float,
+        status: str,
+        result: str,
+        attempted: bool,
+        properties: str | None,
+    ) -> int | None:
+        """Write the outcome, retrying through a database outage while our claim can still hold."""
+        give_up = claimed_at + self.config.claim_lease_sec - WRITE_MARGIN_SEC
+        delay = 0.2
+        while True:
+            try:
+                written = self.store.write_outcome(
+                    row.id, version, status=status, result=result, attempted=attempted, properties=properties
+                )
+                if written is None:
+                    metrics.DEGRADED.labels("claim_lost_before_write").inc()
+                    logger.warning("claim expired before the result was written", extra={"request": row.phid})
+                return written
+            except DatabaseError:
+                connections[self.store.alias].close()
+                metrics.DEGRADED.labels("result_write_retry").inc()
+                if time.monotonic() + delay > give_up:
+                    logger.error(
+                        "result could not be written before the lease ran out; the request will be retried",
+                        extra={"request": row.phid},
+                    )
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _record(self, row: RequestRow, outcome: Outcome, written: int | None) -> None:
+        label = "sent" if outcome.status == "sent" else "retry" if outcome.retried else "failed"
+        metrics.DELIVERIES.labels(label, outcome.error_type).inc()
+        extra = {
+            "request": row.phid,
+            "hook": row.webhook_phid,
+            "status": outcome.status,
+            "error_type": outcome.error_type,
+            "error_code": outcome.error_code,
+        }
+        if written is None:
+            return
+        if outcome.status == "sent":
+            logger.info("webhook delivered", extra=extra)
+        else:
+            logger.warning("webhook request failed", extra=extra)
