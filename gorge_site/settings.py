@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "webhook_delivery",
+    "webhook_delivery.status",
 ]
 
 MIDDLEWARE = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 import signal
 import threading
 import time
@@ -27,12 +28,14 @@ from .dispatcher import Dispatcher
 from .locks import webhook_lock_name
 from .outcomes import Outcome, with_error
 from .phpjson import UndecodableProperties, decode_properties, encode_compact
+from .status.heartbeat import Heartbeat
 from .store import Hook, RequestRow, Store
 from .tracker import QueueTracker
 
 logger = logging.getLogger(__name__)
 
 ROWS_PER_JOB = 32
+HEARTBEAT_SEC = 5.0
 LOCK_BUSY_SKIP_SEC = 1.0
 DB_RETRY_MAX_SEC = 30.0
 WRITE_MARGIN_SEC = 2.0
@@ -86,6 +89,37 @@ class Worker:
         self._signals = 0
         self._thread_connections: list[Any] = []
         self._registry_lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self._counts_lock = threading.Lock()
+        self.heartbeat = Heartbeat()
+        self._last_heartbeat = 0.0
+
+    def count(self, key: str, amount: int = 1) -> None:
+        with self._counts_lock:
+            self.counts[key] += amount
+
+    def snapshot(self) -> dict[str, Any]:
+        """The heartbeat state: what the dashboard and the health JSON show about this process."""
+        with self._counts_lock:
+            counts = dict(self.counts)
+        now = time.monotonic()
+        return {
+            "version": 1,
+            "max_concurrent": self.max_concurrent,
+            "in_flight": len(self.tracker.in_flight),
+            "tracked_queued": self.tracker.queued_count,
+            "counts": counts,
+            "database_down_for_sec": None if self._db_down_since is None else round(now - self._db_down_since, 1),
+            "hooks_in_backoff": dict(self.backoff_until),
+            "hooks_misconfigured": sorted(self.misconfigured),
+            "hooks_lock_busy": sorted(phid for phid, until in self.skip_until.items() if until > now),
+            "stopping": self.stopping.is_set(),
+        }
+
+    def _beat(self, *, force: bool = False) -> None:
+        if force or time.monotonic() - self._last_heartbeat >= HEARTBEAT_SEC:
+            self._last_heartbeat = time.monotonic()
+            self.heartbeat.publish(self.snapshot())
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -131,6 +165,7 @@ class Worker:
         running: dict[Future[JobResult], Job] = {}
         try:
             while not self.stopping.is_set():
+                self._beat()
                 scheduled, more = self._poll_and_schedule(pool, running)
                 if self.once and not running and not scheduled and not more:
                     break
@@ -139,6 +174,7 @@ class Worker:
             for future in list(running):
                 self._absorb(future.result(), running.pop(future))
             pool.shutdown(wait=True)
+            self.heartbeat.retire()
             self._close_connections()
             restore()
         logger.info("deliver_webhooks stopped")
@@ -214,9 +250,11 @@ class Worker:
             self.tracker.recheck_soon(row_id)
         if result.lock_busy:
             metrics.LOCK_BUSY.inc()
+            self.count("lock_busy")
             self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC
         if result.backoff_until is not None:
             metrics.BREAKER_SKIPS.inc()
+            self.count("breaker_skips")
             if job.hook_phid not in self.backoff_until:
                 logger.warning(
                     "hook entered error backoff: too many recent failures",
@@ -232,6 +270,7 @@ class Worker:
 
     def _database_failed(self) -> None:
         metrics.DEGRADED.labels("database").inc()
+        self.count("degraded.database")
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
             logger.error("database unavailable: backing off and reconnecting; nothing is marked failed")
@@ -311,9 +350,11 @@ class Worker:
         )
         if version is None:
             metrics.CLAIMS.labels("lost").inc()
+            self.count("claims_lost")
             result.recheck.append(row.id)
             return True
         metrics.CLAIMS.labels("won").inc()
+        self.count("claims_won")
         claimed_at = time.monotonic()
         if properties is None:
             logger.error(
@@ -322,6 +363,7 @@ class Worker:
             )
             written = self._write(row, version, claimed_at, "failed", "none", False, None)
             metrics.DELIVERIES.labels("failed", "properties").inc()
+            self.count("deliveries.failed")
             self._finish(row, written, result)
             return True
         outcome = self.dispatcher.process(row, properties, job.hook)
@@ -372,11 +414,13 @@ class Worker:
                 )
                 if written is None:
                     metrics.DEGRADED.labels("claim_lost_before_write").inc()
+                    self.count("degraded.claim_lost_before_write")
                     logger.warning("claim expired before the result was written", extra={"request": row.phid})
                 return written
             except DatabaseError:
                 connections[self.store.alias].close()
                 metrics.DEGRADED.labels("result_write_retry").inc()
+                self.count("degraded.result_write_retry")
                 if time.monotonic() + delay > give_up:
                     logger.error(
                         "result could not be written before the lease ran out; the request will be retried",
@@ -389,6 +433,7 @@ class Worker:
     def _record(self, row: RequestRow, outcome: Outcome, written: int | None) -> None:
         label = "sent" if outcome.status == "sent" else "retry" if outcome.retried else "failed"
         metrics.DELIVERIES.labels(label, outcome.error_type).inc()
+        self.count(f"deliveries.{label}")
         extra = {
             "request": row.phid,
             "hook": row.webhook_phid,

@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class DeliveryStatusConfig(AppConfig):
+    name = "webhook_delivery.status"
+    label = "delivery_status"
+    verbose_name = "Delivery workers"
+    default_auto_field = "django.db.models.BigAutoField"
