@@ -29,8 +29,8 @@ def decode_properties(text: str) -> dict[str, Any]:
         value = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         raise UndecodableProperties("properties is not valid JSON") from exc
-    if value == []:
-        return {}
+    if isinstance(value, list):  # a PHP array with keys 0..n-1
+        return {str(index): item for index, item in enumerate(value)}
     if not isinstance(value, dict):
         raise UndecodableProperties("properties is not a JSON object")
     return value

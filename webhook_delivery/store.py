@@ -62,13 +62,14 @@ def _text(value: Any) -> str:
 def is_due(row: RequestRow, now: int, lease: int, retry_backoff: int) -> bool:
     """The candidate rule; `due_sql` below is the same rule in SQL, and a test holds them equal.
 
-    Untouched rows (dateModified = dateCreated) are due. A failed attempt waits the retry backoff from
-    its lastRequestEpoch. A row whose dateModified moved past its last result is under a claim and waits
-    for the lease to expire. After our own result write dateModified = lastRequestEpoch.
+    Untouched rows (never attempted, dateModified = dateCreated) are due. A failed attempt waits the retry
+    backoff from its lastRequestEpoch. A row whose dateModified moved past its last result is under a claim
+    and waits for the lease to expire. A result write sets dateModified = lastRequestEpoch = now, which may
+    equal dateCreated when created, claimed and attempted within one second: hence the result test.
     """
     if row.status != "queued":
         return False
-    if row.date_modified == row.date_created:
+    if row.date_modified == row.date_created and row.last_result == "none":
         return True
     failed = row.last_result == "fail"
     if failed and row.last_epoch > now - retry_backoff:
@@ -78,7 +79,7 @@ def is_due(row: RequestRow, now: int, lease: int, retry_backoff: int) -> bool:
 
 def next_due(row: RequestRow, lease: int, retry_backoff: int) -> int:
     """The earliest database time at which `row` (as read) becomes due."""
-    if row.date_modified == row.date_created:
+    if row.date_modified == row.date_created and row.last_result == "none":
         return 0
     failed = row.last_result == "fail"
     after_retry = row.last_epoch + retry_backoff if failed else 0
@@ -107,10 +108,11 @@ class Store:
     def _greatest(self, a: str, b: str) -> str:
         return f"GREATEST({a}, {b})" if self.is_mysql else f"MAX({a}, {b})"
 
-    def due_sql(self) -> str:
-        now = self.now_sql
+    def due_sql(self, now: str | None = None) -> str:
+        """is_due() in SQL; placeholders %(lease)s and %(retry)s, `now` defaults to the database clock."""
+        now = now or self.now_sql
         return (
-            "(status = 'queued' AND (dateModified = dateCreated OR ("
+            "(status = 'queued' AND ((dateModified = dateCreated AND lastRequestResult = 'none') OR ("
             f"(lastRequestResult <> 'fail' OR lastRequestEpoch <= {now} - %(retry)s) AND ("
             "(lastRequestResult = 'fail' AND dateModified = lastRequestEpoch)"
             f" OR dateModified <= {now} - %(lease)s))))"
@@ -148,6 +150,12 @@ class Store:
             cursor.execute(f"SELECT MAX(id) FROM {REQUESTS}")
             value = cursor.fetchone()[0]
         return int(value or 0)
+
+    def ids_between(self, low: int, high: int) -> list[int]:
+        """Ids in (low, high], from the primary key alone."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {REQUESTS} WHERE id > %s AND id <= %s", (low, high))
+            return [int(row[0]) for row in cursor.fetchall()]
 
     def scan_after(self, after_id: int, limit: int) -> tuple[list[RequestRow], int]:
         """Rows above `after_id` in id order (any status; properties only for queued rows) + db now."""

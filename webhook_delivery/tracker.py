@@ -50,6 +50,11 @@ class QueueTracker:
 
     def start(self) -> None:
         self.frontier = self.store.max_request_id()
+        # Inserts still uncommitted right now sit in holes just below the frontier: watch those ids.
+        present = set(self.store.ids_between(self.frontier - SCAN_BATCH, self.frontier))
+        for missing in range(max(1, self.frontier - SCAN_BATCH + 1), self.frontier):
+            if missing not in present:
+                self.gaps[missing] = time.monotonic()
         self._sweep()
         self.started = True
 
