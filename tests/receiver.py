@@ -41,6 +41,7 @@ class Received:
 class ReceiverState:
     slow_seconds: float = 0.5
     hold_seconds: float = 30.0
+    redirect_to: str = ""
     requests: list[Received] = field(default_factory=list)
     in_flight: Counter[str] = field(default_factory=Counter)
     max_in_flight: Counter[str] = field(default_factory=Counter)
@@ -108,6 +109,10 @@ class _Handler(socketserver.BaseRequestHandler):
             elif behaviour.startswith("r") and behaviour[1:].isdigit():
                 status = int(behaviour[1:])
                 extra = f"Location: {received.path.rsplit('/', 1)[0]}/redirected\r\n"
+            elif behaviour == "away":
+                status, extra = 302, f"Location: {state.redirect_to}\r\n"
+            elif behaviour == "loop":
+                status, extra = 302, f"Location: {received.path}\r\n"
             reason = {200: "OK", 204: "No Content", 307: "Temporary Redirect", 302: "Found"}.get(status, "X")
             body = b"" if status == 204 else b"ok"
             length = "" if status == 204 else f"Content-Length: {len(body)}\r\n"

@@ -12,6 +12,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -66,7 +67,7 @@ def parse_target(uri: str) -> Target:
         port = parts.port
     except ValueError as exc:
         raise InvalidURI("unparseable URI") from exc
-    if parts.scheme not in {"http", "https"}:
+    if uri.split(":", 1)[0] not in {"http", "https"}:  # exact case, as PHP's parse_url keeps it
         raise InvalidURI("protocol must be http or https")
     host = parts.hostname or ""
     if parts.netloc.rsplit("@", 1)[-1].startswith("["):
@@ -92,37 +93,46 @@ def parse_target(uri: str) -> Target:
     return Target(parts.scheme, host, port, target, userinfo)
 
 
-def system_resolver(host: str, port: int, timeout: float) -> list[IPAddress]:
-    """All A and AAAA addresses of `host`; getaddrinfo cannot time out by itself, so it runs aside."""
-    future = _RESOLVER_POOL.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
-    try:
-        infos = future.result(timeout=max(timeout, 0.001))
-    except concurrent.futures.TimeoutError as exc:
-        raise ResolveTimeout("name resolution timed out") from exc
-    except socket.gaierror as exc:
-        if exc.errno in _PERMANENT_DNS_ERRORS:
-            raise InvalidURI("host does not resolve") from exc
-        raise TemporaryDNSFailure(exc.errno, "temporary name resolution failure") from exc
-    addresses: list[IPAddress] = []
-    for family, _type, _proto, _name, sockaddr in infos:
-        if family in (socket.AF_INET, socket.AF_INET6):
-            address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
-            if address not in addresses:
-                addresses.append(address)
-    if not addresses:
-        raise InvalidURI("host does not resolve")
-    return addresses
+def make_resolver(lookup: Callable[..., Any] = socket.getaddrinfo) -> Resolver:
+    """A resolver over `lookup` (getaddrinfo), which cannot time out by itself and so runs aside."""
+
+    def resolve(host: str, port: int, timeout: float) -> list[IPAddress]:
+        future = _RESOLVER_POOL.submit(lookup, host, port, 0, socket.SOCK_STREAM)
+        try:
+            infos = future.result(timeout=max(timeout, 0.001))
+        except concurrent.futures.TimeoutError as exc:
+            raise ResolveTimeout("name resolution timed out") from exc
+        except socket.gaierror as exc:
+            if exc.errno in _PERMANENT_DNS_ERRORS:
+                raise InvalidURI("host does not resolve") from exc
+            raise TemporaryDNSFailure(exc.errno, "temporary name resolution failure") from exc
+        addresses: list[IPAddress] = []
+        for family, _type, _proto, _name, sockaddr in infos:
+            if family in (socket.AF_INET, socket.AF_INET6):
+                address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+                if address not in addresses:
+                    addresses.append(address)
+        if not addresses:
+            raise InvalidURI("host does not resolve")
+        return addresses
+
+    return resolve
 
 
 _RESOLVER_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="resolve")
+system_resolver = make_resolver()
 
 
 def is_blocked(address: IPAddress, blacklist: Sequence[IPNetwork]) -> bool:
     candidates: list[IPAddress] = [address]
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         candidates.append(address.ipv4_mapped)
-    return any(candidate in network for candidate in candidates for network in blacklist if
-               candidate.version == network.version)
+    return any(
+        candidate in network
+        for candidate in candidates
+        for network in blacklist
+        if candidate.version == network.version
+    )
 
 
 def resolve_allowed(

@@ -30,6 +30,7 @@ from requests.structures import CaseInsensitiveDict
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.util.ssl_match_hostname import CertificateError as HostnameMismatch
 
 from .config import IPNetwork
 from .netguard import (
@@ -250,7 +251,7 @@ def classify(exc: BaseException) -> HttpOutcome:
         return HttpOutcome("timeout", CURLE_OPERATION_TIMEDOUT)
     if has(TemporaryDNSFailure):
         return HttpOutcome("http", CURLE_COULDNT_RESOLVE_HOST)
-    if has(ssl.SSLCertVerificationError, ssl.CertificateError):
+    if has(ssl.SSLCertVerificationError, ssl.CertificateError, HostnameMismatch):
         return HttpOutcome("http", CURLE_PEER_FAILED_VERIFICATION)
     if has(ssl.SSLError):
         return HttpOutcome("http", CURLE_SSL_CONNECT_ERROR)
@@ -264,7 +265,7 @@ def classify(exc: BaseException) -> HttpOutcome:
         return HttpOutcome("http", CURLE_PARTIAL_FILE)
     if has(ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
         return HttpOutcome("http", CURLE_RECV_ERROR)
-    if has(http.client.HTTPException, urllib3.exceptions.ProtocolError) and not has(OSError):
+    if has(http.client.HTTPException):  # not HTTP, or headers beyond http.client's limits
         return HttpOutcome("http", CURLE_UNSUPPORTED_PROTOCOL)
     return HttpOutcome("http", CURLE_RECV_ERROR)
 
