@@ -38,10 +38,10 @@ DEBUG = _flag("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if DEBUG:
-        SECRET_KEY = "insecure-debug-only-key"
+        SECRET_KEY = "insecure-debug-only-key"  # noqa: S105 - DEBUG only
     else:
         _errors.append(ConfigError("SECRET_KEY", "must be set to a long random string (DEBUG is off)"))
-        SECRET_KEY = "unset-secret-key-startup-will-refuse"
+        SECRET_KEY = "unset-secret-key-startup-will-refuse"  # noqa: S105 - the check refuses to start
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 

@@ -9,12 +9,14 @@ path (the path without its last segment) and can run in its own process (`python
 from __future__ import annotations
 
 import json
+import select
 import socket
 import socketserver
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,10 @@ class Received:
     at: float
     answered_at: float = 0.0
 
+    @property
+    def object_phid(self) -> str:
+        return str(json.loads(self.body)["object"]["phid"])
+
     def header(self, name: str) -> str | None:
         for key, value in self.headers:
             if key.lower() == name.lower():
@@ -42,6 +48,7 @@ class ReceiverState:
     slow_seconds: float = 0.5
     hold_seconds: float = 30.0
     redirect_to: str = ""
+    on_receive: Callable[[Received], None] | None = None
     requests: list[Received] = field(default_factory=list)
     in_flight: Counter[str] = field(default_factory=Counter)
     max_in_flight: Counter[str] = field(default_factory=Counter)
@@ -102,8 +109,12 @@ class _Handler(socketserver.BaseRequestHandler):
                 time.sleep(state.hold_seconds)
                 return False
             status, extra = 200, ""
+            if state.on_receive is not None:
+                state.on_receive(received)
             if behaviour == "slow":
                 time.sleep(state.slow_seconds)
+                if _client_gone(sock):
+                    return False
             elif behaviour.startswith("s") and behaviour[1:].isdigit():
                 status = int(behaviour[1:])
             elif behaviour.startswith("r") and behaviour[1:].isdigit():
@@ -122,6 +133,16 @@ class _Handler(socketserver.BaseRequestHandler):
         finally:
             with state.lock:
                 state.in_flight[hook] -= 1
+
+
+def _client_gone(sock: socket.socket) -> bool:
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 class _Server(socketserver.ThreadingTCPServer):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
 from collections import Counter
@@ -42,9 +43,16 @@ def run_until(config: Any, done: Callable[[], bool], *, timeout: float = 20.0, *
 def _snapshot(phorge: Phorge, phid: str) -> RequestRow:
     row = phorge.row(phid)
     return RequestRow(
-        id=row["id"], phid=row["phid"], webhook_phid=row["webhookPHID"], object_phid=row["objectPHID"],
-        status=row["status"], last_result=row["lastRequestResult"], last_epoch=row["lastRequestEpoch"],
-        date_created=row["dateCreated"], date_modified=row["dateModified"], properties=row["properties"],
+        id=row["id"],
+        phid=row["phid"],
+        webhook_phid=row["webhookPHID"],
+        object_phid=row["objectPHID"],
+        status=row["status"],
+        last_result=row["lastRequestResult"],
+        last_epoch=row["lastRequestEpoch"],
+        date_created=row["dateCreated"],
+        date_modified=row["dateModified"],
+        properties=row["properties"],
     )
 
 
@@ -56,7 +64,7 @@ def test_concurrent_claims_of_one_snapshot_have_exactly_one_winner(phorge: Phorg
         barrier = threading.Barrier(4)
         wins: list[int | None] = []
 
-        def claim(row: RequestRow = snapshot, gate: threading.Barrier = barrier) -> None:
+        def claim(row: RequestRow = snapshot, gate: threading.Barrier = barrier, wins: list[int | None] = wins) -> None:
             store = Store()
             gate.wait()
             wins.append(store.claim(row, lease=60, retry_backoff=300))
@@ -80,12 +88,14 @@ def test_same_second_claims_advance_the_version_and_a_lost_claim_writes_nothing(
     # A lease that has already run out (negative lease) lets a second claimer in within the same second.
     second = store.claim(_snapshot(phorge, phid), lease=-5, retry_backoff=300)
     assert second is not None and second > first
-    lost = store.write_outcome(_snapshot(phorge, phid).id, first, status="sent", result="okay", attempted=True,
-                               properties="{}")
+    lost = store.write_outcome(
+        _snapshot(phorge, phid).id, first, status="sent", result="okay", attempted=True, properties="{}"
+    )
     assert lost is None
     assert phorge.row(phid)["status"] == "queued"
-    won = store.write_outcome(_snapshot(phorge, phid).id, second, status="sent", result="okay", attempted=True,
-                              properties=None)
+    won = store.write_outcome(
+        _snapshot(phorge, phid).id, second, status="sent", result="okay", attempted=True, properties=None
+    )
     assert won is not None
     assert phorge.row(phid)["status"] == "sent"
 
@@ -117,8 +127,14 @@ def test_python_and_sql_due_rules_agree(phorge: Phorge, case: dict[str, int | st
         "%(modified)s AS dateModified, %(result)s AS lastRequestResult, %(epoch)s AS lastRequestEpoch) AS t"
     )
     params = {
-        "now": now, "status": row.status, "created": created, "modified": modified, "result": row.last_result,
-        "epoch": epoch, "lease": case["lease"], "retry": case["retry"],
+        "now": now,
+        "status": row.status,
+        "created": created,
+        "modified": modified,
+        "result": row.last_result,
+        "epoch": epoch,
+        "lease": case["lease"],
+        "retry": case["retry"],
     }
     with connections["phorge"].cursor() as cursor:
         cursor.execute(sql, params)
@@ -146,8 +162,7 @@ def test_a_hook_in_error_backoff_does_not_hold_back_other_hooks(phorge: Phorge, 
         healthy = phorge.hook(receiver.url("/healthy/ok"))
         now = phorge.now()
         for _ in range(10):
-            phorge.request(broken, status="failed", lastRequestResult="fail", lastRequestEpoch=now,
-                           dateModified=now)
+            phorge.request(broken, status="failed", lastRequestResult="fail", lastRequestEpoch=now, dateModified=now)
         stuck = [phorge.request(broken, retry="forever") for _ in range(40)]
         fine = [phorge.request(healthy) for _ in range(5)]
         config = dataclasses.replace(delivery_config, error_threshold=10, error_backoff_sec=300)
@@ -176,7 +191,7 @@ def test_forever_retry_waits_the_retry_backoff_not_the_lease(phorge: Phorge, del
         config = dataclasses.replace(delivery_config, retry_backoff_sec=2, claim_lease_sec=30, poll_interval_ms=50)
         run_until(config, lambda: len(receiver.requests) >= 3, timeout=15)
         times = [r.at for r in receiver.requests]
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         assert all(1.0 <= gap <= 3.5 for gap in gaps), gaps  # whole-second database clock
         row = phorge.row(phid)
         assert (row["status"], row["lastRequestResult"]) == ("queued", "fail")

@@ -6,12 +6,15 @@ import base64
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.conftest import PHORGE_DB, Phorge, mysql_admin
+from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery.config import default_blacklist
 from webhook_delivery.worker import Worker
@@ -19,21 +22,27 @@ from webhook_delivery.worker import Worker
 pytestmark = PHORGE_DB
 
 CASES = [json.loads(line) for line in (Path(__file__).parent / "fixtures/golden/cases.ndjson").read_text().splitlines()]
-NEEDS_PHORGE_LOOKUPS = {
-    "missing_object": "issue 5: object lookups in Phorge's application databases",
-    "silent_mode_config": "issue 5: reading phabricator.silent from Phorge's config database",
-}
+# Cases that need Phorge's other databases: the object's application tables, or its config table.
+NEEDS_PHORGE_LOOKUPS = {"missing_object": "maniphest", "silent_mode_config": "config"}
 TIME_COLUMNS = {"dateModified", "lastRequestEpoch"}
 
 
-def _params() -> list[Any]:
-    params = []
-    for case in CASES:
-        marks = []
-        if case["name"] in NEEDS_PHORGE_LOOKUPS:
-            marks.append(pytest.mark.xfail(reason=NEEDS_PHORGE_LOOKUPS[case["name"]], strict=True))
-        params.append(pytest.param(case, id=case["name"], marks=marks))
-    return params
+@pytest.fixture
+def app_databases() -> Iterator[AppDatabases]:
+    admin = mysql_admin()
+    databases = AppDatabases(admin, settings.GORGE_WEBHOOK.namespace)
+    yield databases
+    databases.drop()
+    admin.close()
+
+
+def _phorge_side(case: dict[str, Any], databases: AppDatabases) -> None:
+    app = NEEDS_PHORGE_LOOKUPS.get(case["name"])
+    if app is None:
+        return
+    databases.create([app])
+    if app == "config":
+        databases.config("phabricator.silent", "true")
 
 
 def _run(config: Any) -> tuple[float, float]:
@@ -66,8 +75,9 @@ def _check_row(row: dict[str, Any], expected: dict[str, Any], started: float, fi
     assert int(started) <= row["dateModified"] <= finished
 
 
-@pytest.mark.parametrize("case", _params())
-def test_golden_case(case: dict[str, Any], phorge: Phorge, delivery_config: Any) -> None:
+@pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
+def test_golden_case(case: dict[str, Any], phorge: Phorge, delivery_config: Any, app_databases: AppDatabases) -> None:
+    _phorge_side(case, app_databases)
     with Receiver(hold_seconds=4) as receiver:
         hook = dict(case["hook_row"])
         hook["webhookURI"] = hook["webhookURI"].replace(":8765/", f":{receiver.port}/")

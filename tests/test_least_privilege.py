@@ -59,7 +59,10 @@ def test_golden_replay_with_only_select_and_update_grants(phorge: Phorge, restri
         )
         result = subprocess.run(
             [sys.executable, "manage.py", "deliver_webhooks", "--once"],
-            env=env, capture_output=True, text=True, timeout=120,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert result.returncode == 0, result.stderr[-2000:]
         assert "denied" not in result.stderr.lower()

@@ -42,14 +42,15 @@ def _php_string(text: str, *, escape_slashes: bool) -> str:
 
 def _example(object_phid: str, triggers: list[str], test: bool, epoch: int, xactions: list[str]) -> bytes:
     properties: dict[str, Any] = {"triggerPHIDs": triggers, "test": test, "silent": False, "secure": False}
-    return build_payload(
-        object_phid=object_phid, properties=properties, date_created=epoch, transaction_phids=xactions
-    )
+    return build_payload(object_phid=object_phid, properties=properties, date_created=epoch, transaction_phids=xactions)
 
 
 def test_reference_example_a_bytes_and_signatures() -> None:
     body = _example(
-        "PHID-TASK-abcdefghijklmnopqrst", ["PHID-HWTR-trigger0000000001"], True, 1700000000,
+        "PHID-TASK-abcdefghijklmnopqrst",
+        ["PHID-HWTR-trigger0000000001"],
+        True,
+        1700000000,
         ["PHID-XACT-TASK-transaction01"],
     )
     assert len(body) == 349
@@ -62,7 +63,10 @@ def test_reference_example_a_bytes_and_signatures() -> None:
 def test_reference_example_b_orders_transactions_newest_first() -> None:
     stored = ["PHID-XACT-DREV-2yvd5h2zh6mpyb4", "PHID-XACT-DREV-nbq4ylbv7bsbqr3"]
     body = _example(
-        "PHID-DREV-x7k2m4q6s8u2w4y6a2c4", ["PHID-HWBH-5dkl7q2vgo3ijkstr6wa"], False, 1735689600,
+        "PHID-DREV-x7k2m4q6s8u2w4y6a2c4",
+        ["PHID-HWBH-5dkl7q2vgo3ijkstr6wa"],
+        False,
+        1735689600,
         transactions_newest_first(stored),
     )
     assert len(body) == 415

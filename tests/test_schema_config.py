@@ -18,7 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=worker_env(**env), capture_output=True, text=True,
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=worker_env(**env),
+        capture_output=True,
+        text=True,
         timeout=120,
     )
 
@@ -79,9 +83,7 @@ def test_no_migration_is_pending_and_none_targets_phorge() -> None:
         ("LOG_FORMAT", "xml", "LOG_FORMAT: expected text or json"),
     ],
 )
-def test_bad_values_stop_check_and_the_worker_with_the_variable_named(
-    variable: str, value: str, expected: str
-) -> None:
+def test_bad_values_stop_check_and_the_worker_with_the_variable_named(variable: str, value: str, expected: str) -> None:
     check = _manage("check", **{variable: value})
     assert check.returncode != 0
     assert expected in check.stderr

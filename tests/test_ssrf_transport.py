@@ -115,8 +115,8 @@ def test_temporary_dns_failure_is_retryable_http_6(phorge: Phorge, delivery_conf
         raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
 
     phid = phorge.request(phorge.hook("http://flaky-dns.example/x"), retry="forever")
-    worker = Worker(delivery_config, once=True, dispatcher=Dispatcher(delivery_config, resolver=make_resolver(servfail)))
-    worker.run()
+    dispatcher = Dispatcher(delivery_config, resolver=make_resolver(servfail))
+    Worker(delivery_config, once=True, dispatcher=dispatcher).run()
     row = phorge.row(phid)
     assert (row["status"], row["lastRequestResult"]) == ("queued", "fail")
     assert row["properties"].endswith('"errorType":"http","errorCode":6}')
@@ -254,9 +254,26 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     directory = tmp_path_factory.mktemp("tls")
     cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-         "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
     )
     yield cert, key
 

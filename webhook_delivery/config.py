@@ -113,9 +113,7 @@ class _Reader:
         except ValueError:
             value = None
         if value is None or not minimum <= value <= maximum:
-            self.errors.append(
-                ConfigError(name, f"expected a whole number from {minimum} to {maximum}, got {raw!r}")
-            )
+            self.errors.append(ConfigError(name, f"expected a whole number from {minimum} to {maximum}, got {raw!r}"))
             return default
         return value
 
@@ -158,9 +156,7 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
     else:
         namespace = namespace or "phabricator"
     if not _NAMESPACE_RE.match(namespace):
-        r.errors.append(
-            ConfigError("GORGE_WEBHOOK_NAMESPACE", "expected letters, digits and underscores (at most 32)")
-        )
+        r.errors.append(ConfigError("GORGE_WEBHOOK_NAMESPACE", "expected letters, digits and underscores (at most 32)"))
         namespace = "phabricator"
     if not url:
         host = r.raw("GORGE_WEBHOOK_MYSQL_HOST") or "127.0.0.1"

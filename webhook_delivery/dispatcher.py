@@ -11,10 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import metrics
+from . import metrics, transport
 from .config import DeliveryConfig
-from . import transport
-from .netguard import InvalidURI, ResolveTimeout, Resolver, TemporaryDNSFailure, system_resolver
+from .netguard import InvalidURI, Resolver, ResolveTimeout, TemporaryDNSFailure, system_resolver
 from .outcomes import (
     DISABLED,
     INVALID_OBJECT,
@@ -91,9 +90,7 @@ class Dispatcher:
             )
             metrics.ATTEMPT_SECONDS.observe(time.monotonic() - started)
         except InvalidURI as exc:
-            logger.warning(
-                "webhook URI refused", extra={"request": row.phid, "hook": hook.phid, "reason": str(exc)}
-            )
+            logger.warning("webhook URI refused", extra={"request": row.phid, "hook": hook.phid, "reason": str(exc)})
             return configuration_failure(INVALID_URI)
         finally:
             transport.end_attempt()

@@ -9,7 +9,9 @@ _INDEX_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXY
 
 def digest_for_index(text: str) -> str:
     """PhabricatorHash::digestForIndex: 12 bytes of SHA-1, each mapped onto 64 characters."""
-    return "".join(_INDEX_ALPHABET[byte & 0x3F] for byte in hashlib.sha1(text.encode("utf-8")).digest()[:12])
+    return "".join(
+        _INDEX_ALPHABET[byte & 0x3F] for byte in hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).digest()[:12]
+    )
 
 
 def digest_to_length(text: str, length: int = 20) -> str:

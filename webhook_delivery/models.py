@@ -75,9 +75,7 @@ class HeraldWebhookRequest(models.Model):
     object_phid = BinaryTextField(max_length=64, db_column="objectPHID")
     status = models.CharField(max_length=32, choices=RequestStatus.choices)
     properties = models.TextField()
-    last_request_result = models.CharField(
-        max_length=32, db_column="lastRequestResult", choices=RequestResult.choices
-    )
+    last_request_result = models.CharField(max_length=32, db_column="lastRequestResult", choices=RequestResult.choices)
     last_request_epoch = models.PositiveIntegerField(db_column="lastRequestEpoch")
     date_created = models.PositiveIntegerField(db_column="dateCreated")
     date_modified = models.PositiveIntegerField(db_column="dateModified")
@@ -89,4 +87,4 @@ class HeraldWebhookRequest(models.Model):
         verbose_name = "webhook request"
 
     def __str__(self) -> str:
-        return self.phid
+        return str(self.phid)

@@ -12,8 +12,8 @@ import ipaddress
 import re
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from .config import IPNetwork
@@ -135,9 +135,7 @@ def is_blocked(address: IPAddress, blacklist: Sequence[IPNetwork]) -> bool:
     )
 
 
-def resolve_allowed(
-    target: Target, blacklist: Sequence[IPNetwork], resolver: Resolver, timeout: float
-) -> IPAddress:
+def resolve_allowed(target: Target, blacklist: Sequence[IPNetwork], resolver: Resolver, timeout: float) -> IPAddress:
     """The address to connect to, after every address of the host passed the blacklist."""
     try:
         addresses: list[IPAddress] = [ipaddress.ip_address(target.host)]

@@ -22,8 +22,7 @@ REQUESTS = HeraldWebhookRequest._meta.db_table
 HOOKS = HeraldWebhook._meta.db_table
 
 _ROW_COLUMNS = (
-    "id, phid, webhookPHID, objectPHID, status, lastRequestResult, lastRequestEpoch, dateCreated, "
-    "dateModified"
+    "id, phid, webhookPHID, objectPHID, status, lastRequestResult, lastRequestEpoch, dateCreated, dateModified"
 )
 
 
@@ -178,10 +177,7 @@ class Store:
 
     def queued_up_to(self, max_id: int) -> tuple[list[RequestRow], int]:
         """Every queued row at or below `max_id`: a full scan on Phorge's schema, run rarely."""
-        sql = (
-            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} "
-            f"FROM {REQUESTS} WHERE status = 'queued' AND id <= %s"
-        )
+        sql = f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {REQUESTS} WHERE status = 'queued' AND id <= %s"
         return self._rows(sql, (max_id,))
 
     def hooks(self) -> dict[str, Hook]:
@@ -258,7 +254,7 @@ class Store:
             return lock.acquire(blocking=False)
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT GET_LOCK(%s, 0)", (name,))
-            return cursor.fetchone()[0] == 1
+            return bool(cursor.fetchone()[0] == 1)
 
     def release_lock(self, name: str) -> None:
         if not self.is_mysql:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import base64
 import errno
 import http.client
-import ssl
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urljoin
 
 import requests
@@ -36,8 +36,8 @@ from .config import IPNetwork
 from .netguard import (
     InvalidURI,
     IPAddress,
-    ResolveTimeout,
     Resolver,
+    ResolveTimeout,
     Target,
     TemporaryDNSFailure,
     parse_target,
@@ -156,7 +156,7 @@ class _PinnedConnectionMixin:
             except OSError as exc:
                 sock.close()
                 last_error = exc
-        raise NewConnectionError(self, "failed to connect") from last_error
+        raise NewConnectionError(cast(HTTPConnection, self), "failed to connect") from last_error
 
 
 class _HTTPConnection(_PinnedConnectionMixin, HTTPConnection):
@@ -191,8 +191,9 @@ class PinnedAdapter(HTTPAdapter):
 
     def build_connection_pool_key_attributes(
         self, request: requests.PreparedRequest, verify: Any, cert: Any = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+    ) -> Any:
+        host_params, typed_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        pool_kwargs = cast(dict[str, Any], typed_kwargs)
         if host_params["scheme"] == "https":
             hostname = getattr(request, "tls_hostname", "") or host_params["host"]
             pool_kwargs["server_hostname"] = hostname

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -27,6 +27,7 @@ from .config import DeliveryConfig
 from .dispatcher import Dispatcher
 from .locks import webhook_lock_name
 from .outcomes import Outcome, with_error
+from .phorge_lookups import PhorgeObjects, PhpWorkerGuard, SilentMode
 from .phpjson import UndecodableProperties, decode_properties, encode_compact
 from .status.heartbeat import Heartbeat
 from .store import Hook, RequestRow, Store
@@ -72,13 +73,15 @@ class Worker:
     ) -> None:
         self.config = config
         self.store = store or Store()
-        self.dispatcher = dispatcher or Dispatcher(config)
+        self.dispatcher = dispatcher or Dispatcher(
+            config, silent=SilentMode(config), objects=PhorgeObjects(config.namespace)
+        )
+        self.php_guard = PhpWorkerGuard(config.namespace)
+        self.php_state: dict[str, Any] = {"state": "unknown"}
         self.max_concurrent = max_concurrent or config.max_concurrent
         self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
         self.once = once
-        self.tracker = QueueTracker(
-            self.store, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec
-        )
+        self.tracker = QueueTracker(self.store, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
         self.stopping = threading.Event()
         self.hooks: dict[str, Hook] = {}
         self.busy_hooks: set[str] = set()
@@ -93,6 +96,7 @@ class Worker:
         self._counts_lock = threading.Lock()
         self.heartbeat = Heartbeat()
         self._last_heartbeat = 0.0
+        self._reported_claims = (0, 0)
 
     def count(self, key: str, amount: int = 1) -> None:
         with self._counts_lock:
@@ -114,12 +118,23 @@ class Worker:
             "hooks_misconfigured": sorted(self.misconfigured),
             "hooks_lock_busy": sorted(phid for phid, until in self.skip_until.items() if until > now),
             "stopping": self.stopping.is_set(),
+            "php_worker": self.php_state,
         }
 
     def _beat(self, *, force: bool = False) -> None:
         if force or time.monotonic() - self._last_heartbeat >= HEARTBEAT_SEC:
             self._last_heartbeat = time.monotonic()
-            self.heartbeat.publish(self.snapshot())
+            state = self.snapshot()
+            self.heartbeat.publish(state)
+            self._report_claims(state["counts"])
+
+    def _report_claims(self, counts: dict[str, int]) -> None:
+        """One aggregated line for claims lost to other processes (normal when several run)."""
+        won, lost = counts.get("claims_won", 0), counts.get("claims_lost", 0)
+        new_won, new_lost = won - self._reported_claims[0], lost - self._reported_claims[1]
+        if new_lost:
+            logger.info("claims since the last report", extra={"won": new_won, "lost": new_lost})
+        self._reported_claims = (won, lost)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -165,6 +180,7 @@ class Worker:
         running: dict[Future[JobResult], Job] = {}
         try:
             while not self.stopping.is_set():
+                self.php_state = self.php_guard.watch()
                 self._beat()
                 scheduled, more = self._poll_and_schedule(pool, running)
                 if self.once and not running and not scheduled and not more:
@@ -174,6 +190,7 @@ class Worker:
             for future in list(running):
                 self._absorb(future.result(), running.pop(future))
             pool.shutdown(wait=True)
+            self._report_claims(self.snapshot()["counts"])
             self.heartbeat.retire()
             self._close_connections()
             restore()
@@ -182,8 +199,11 @@ class Worker:
 
     def _wait(self, running: dict[Future[JobResult], Job], busy: bool) -> None:
         if running:
-            done, _ = wait(list(running), timeout=0 if busy and len(running) < self.max_concurrent else
-                           self.poll_interval, return_when=FIRST_COMPLETED)
+            done, _ = wait(
+                list(running),
+                timeout=0 if busy and len(running) < self.max_concurrent else self.poll_interval,
+                return_when=FIRST_COMPLETED,
+            )
             for future in done:
                 self._absorb(future.result(), running.pop(future))
         elif not busy:
@@ -274,8 +294,7 @@ class Worker:
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
             logger.error("database unavailable: backing off and reconnecting; nothing is marked failed")
-        for alias_connection in (connections[self.store.alias],):
-            alias_connection.close()
+        _close_quietly(connections[self.store.alias])
         delay = min(DB_RETRY_MAX_SEC, 0.5 + (time.monotonic() - self._db_down_since) / 4)
         self.stopping.wait(delay)
 
@@ -298,8 +317,8 @@ class Worker:
 
     def _close_connections(self) -> None:
         for connection in self._thread_connections:
-            connection.close()
-        connections[self.store.alias].close()
+            _close_quietly(connection)
+        _close_quietly(connections[self.store.alias])
 
     def _run_job(self, job: Job) -> JobResult:
         result = JobResult(job.hook_phid)
@@ -323,7 +342,7 @@ class Worker:
                 self.store.release_lock(lock)
         except DatabaseError:
             result.database_error = True
-            connection.close()
+            _close_quietly(connection)
         except Exception:
             logger.exception("unexpected error in delivery job", extra={"hook": job.hook_phid})
         return result
@@ -345,9 +364,7 @@ class Worker:
             properties: dict[str, Any] | None = decode_properties(row.properties or "")
         except UndecodableProperties:
             properties = None
-        version = self.store.claim(
-            row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec
-        )
+        version = self.store.claim(row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec)
         if version is None:
             metrics.CLAIMS.labels("lost").inc()
             self.count("claims_lost")
@@ -418,7 +435,7 @@ class Worker:
                     logger.warning("claim expired before the result was written", extra={"request": row.phid})
                 return written
             except DatabaseError:
-                connections[self.store.alias].close()
+                _close_quietly(connections[self.store.alias])
                 metrics.DEGRADED.labels("result_write_retry").inc()
                 self.count("degraded.result_write_retry")
                 if time.monotonic() + delay > give_up:
@@ -447,3 +464,11 @@ class Worker:
             logger.info("webhook delivered", extra=extra)
         else:
             logger.warning("webhook request failed", extra=extra)
+
+
+def _close_quietly(connection: Any) -> None:
+    """Drop a connection that may already be broken (closing one can itself raise)."""
+    try:
+        connection.close()
+    except DatabaseError:
+        connection.connection = None

@@ -1,0 +1,91 @@
+"""The dashboard in a real headless browser (Debian's chromium), logged in through the admin form."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import PHORGE_DB, Phorge
+from tests.ui_helpers import seed_bulk
+from webhook_delivery.status.models import WorkerHeartbeat
+
+pytestmark = [PHORGE_DB, pytest.mark.browser]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def test_staff_dashboard_in_chromium(
+    live_server: Any, phorge: Phorge, django_user_model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not Path(CHROMIUM).is_file() or shutil.which(CHROMIUM) is None:
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's browser with `apt-get install -y chromium`")
+    from playwright.sync_api import sync_playwright
+
+    bulk = seed_bulk(phorge, rows=1500, spread_sec=6 * 3600)
+    phorge.request(phorge.hook("http://127.0.0.1:9/unsigned", key="", name="unsigned hook"))
+    now = datetime.now(UTC)
+    WorkerHeartbeat.objects.create(
+        worker_id="deliver-1",
+        hostname="deliver-1",
+        pid=4242,
+        started_at=now,
+        last_seen=now,
+        state={"max_concurrent": 16, "in_flight": 3, "counts": {"degraded.result_write_retry": 1}},
+    )
+    django_user_model.objects.create_user("operator", password="pw-operator-1", is_staff=True)
+    # Playwright's sync API runs an event loop in this thread; the live server does the database work.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+    foreign: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.on("request", lambda r: None if r.url.startswith(live_server.url) else foreign.append(r.url))
+            page.goto(f"{live_server.url}/")
+            assert "/admin/login/" in page.url
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", "pw-operator-1")
+            page.click("input[type=submit]")
+            page.wait_for_url(f"{live_server.url}/")
+
+            counts = {name: int(page.inner_text(f"#count-{name}")) for name in ("queued", "sent", "failed", "due")}
+            assert counts["sent"] > 1000 and counts["failed"] > 100 and counts["queued"] > 10
+            assert counts["due"] >= 1
+            rows = page.locator("#hooks tbody tr")
+            assert rows.count() == 7
+            failing = page.locator(f'#hooks tr[data-phid="{bulk.failing}"]')
+            assert failing.get_attribute("data-state") == "failing"
+            assert failing.locator(".gw-badge").first.inner_text() == "failing"
+            assert "HTTP 50" in failing.inner_text()
+            assert page.locator('#hooks tr[data-state="misconfigured"]').count() == 1
+
+            chart = page.locator("svg.gw-chart")
+            assert chart.count() == 1 and chart.is_visible()
+            assert int(chart.get_attribute("data-sent-total") or 0) > 1000
+            assert int(chart.get_attribute("data-failed-total") or 0) > 100
+            assert len(chart.locator('path[data-series="sent"]').get_attribute("d") or "") > 1000
+            assert chart.bounding_box()["width"] > 800  # type: ignore[index]
+
+            assert page.locator("#failures tbody tr").count() == 20
+            assert page.locator('#workers tr[data-state="ok"]').count() == 1
+            assert page.locator("#php-worker").get_attribute("data-state") == "unknown"
+            page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+        finally:
+            browser.close()
+    assert not foreign, f"the page loaded something from elsewhere: {foreign}"
+    assert (tmp_path / "dashboard.png").stat().st_size > 10_000

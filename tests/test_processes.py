@@ -1,0 +1,301 @@
+"""Real processes: several workers, kill -9, SIGTERM, a PHP-style lock holder. Nothing lost, no duplicates."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connections
+
+from tests.conftest import PHORGE_DB, Phorge, mysql_admin, random_phid, worker_env
+from tests.receiver import Receiver
+from webhook_delivery.locks import webhook_lock_name
+from webhook_delivery.store import RequestRow, is_due
+
+pytestmark = [PHORGE_DB, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerProcess:
+    def __init__(self, tmp: Path, name: str, *args: str, **env: str) -> None:
+        self.log = tmp / f"{name}.log"
+        self.args = args
+        self.env = worker_env(LOG_FORMAT="json", **env)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "manage.py", "deliver_webhooks", *self.args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def lines(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            if line.startswith("{"):
+                out.append(json.loads(line))
+        return out
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def make(name: str, *args: str, **env: str) -> WorkerProcess:
+        process = WorkerProcess(tmp_path, name, *args, **env)
+        started.append(process)
+        return process
+
+    yield make
+    for process in started:
+        process.stop()
+
+
+def seed(phorge: Phorge, hooks: list[str], count: int, *, retry: str = "forever") -> list[str]:
+    """`count` queued requests spread round-robin over `hooks`, each with its own object PHID."""
+    now = phorge.now()
+    rows = []
+    objects = []
+    for i in range(count):
+        hook = hooks[i % len(hooks)]
+        obj = random_phid("TASK")
+        objects.append(obj)
+        properties = json.dumps({"retry": retry, "transactionPHIDs": [], "triggerPHIDs": [hook]}, separators=(",", ":"))
+        rows.append((random_phid("HWBR"), hook, obj, "queued", properties, "none", 0, now, now))
+    with connections["phorge"].cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, "
+            "lastRequestResult, lastRequestEpoch, dateCreated, dateModified) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            rows,
+        )
+    return objects
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def count_status(phorge: Phorge, status: str) -> int:
+    return int(phorge.execute("SELECT COUNT(*) FROM herald_webhookrequest WHERE status = %s", (status,))[0][0])
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def test_four_processes_deliver_2000_requests_exactly_once(
+    phorge: Phorge, workers: Callable[..., WorkerProcess]
+) -> None:
+    with Receiver() as receiver:
+        hooks = [phorge.hook(receiver.url(f"/hook{i}/ok")) for i in range(20)]
+        objects = seed(phorge, hooks, 2000)
+        ports = [free_port() for _ in range(4)]
+        running = [
+            workers(
+                f"w{i}",
+                "--max-concurrent",
+                "8",
+                "--poll-interval-ms",
+                "50",
+                "--metrics-port",
+                str(port),
+                "--metrics-addr",
+                "127.0.0.1",
+            ).start()
+            for i, port in enumerate(ports)
+        ]
+        wait_for(lambda: count_status(phorge, "sent") == 2000, 180, "2000 deliveries")
+        claims = [scrape(port) for port in ports]
+        for process in running:
+            process.signal(signal.SIGTERM)
+        assert [process.wait(30) for process in running] == [0, 0, 0, 0]
+        received = Counter(r.object_phid for r in receiver.requests)
+        assert received == Counter(objects)  # each exactly once
+        assert set(receiver.state.max_in_flight.values()) == {1}
+        assert sum(c.get('gorge_webhook_claims_total{result="won"}', 0) for c in claims) == 2000
+        assert all(r["status"] == "sent" for r in phorge.rows())
+
+
+def test_kill_9_loses_nothing_and_duplicates_only_what_was_answered(
+    phorge: Phorge, workers: Callable[..., WorkerProcess]
+) -> None:
+    lock_connection = mysql_admin(settings.DATABASES["phorge"]["NAME"])
+    lock_cursor = lock_connection.cursor()
+    held: list[str] = []
+    holding = threading.Lock()
+    held_ready = threading.Event()
+
+    def hold_the_row(received: Any) -> None:
+        """On each `fast` hook's first call, lock its row: answered, but the result write must wait."""
+        hook = received.path.rsplit("/", 1)[0]
+        with holding:
+            if not hook.startswith("/fast") or any(h.startswith(hook) for h in held):
+                return
+            if not held:
+                lock_cursor.execute("START TRANSACTION")
+            lock_cursor.execute(
+                "SELECT id FROM herald_webhookrequest WHERE objectPHID = %s FOR UPDATE", (received.object_phid,)
+            )
+            held.append(f"{hook}|{received.object_phid}")
+            if len(held) == 2:
+                held_ready.set()
+
+    first: WorkerProcess | None = None
+    try:
+        with Receiver(slow_seconds=1.5, on_receive=hold_the_row) as receiver:
+            slow_hooks = [phorge.hook(receiver.url(f"/slow{i}/slow")) for i in range(3)]
+            fast_hooks = [phorge.hook(receiver.url(f"/fast{i}/ok")) for i in range(2)]
+            objects = seed(phorge, [*slow_hooks, *fast_hooks], 25)
+            timing = {"GORGE_WEBHOOK_DELIVERY_TIMEOUT": "4", "GORGE_WEBHOOK_CLAIM_LEASE_SEC": "9"}
+            first = workers("first", "--max-concurrent", "5", "--poll-interval-ms", "50", **timing).start()
+            assert held_ready.wait(30)
+            wait_for(lambda: receiver.state.in_flight.total() >= 3, 20, "slow calls in flight")
+            first.proc.kill()  # type: ignore[union-attr]
+            first.wait(10)
+            killed_at = time.time()
+            lock_connection.rollback()
+            time.sleep(0.5)
+            written_at_kill = {r["objectPHID"] for r in phorge.rows() if r["status"] == "sent"}
+            answered_before_kill = {r.object_phid for r in receiver.requests if 0 < r.answered_at < killed_at}
+            received_before_kill = {r.object_phid for r in receiver.requests if r.at < killed_at}
+            second = workers("second", "--max-concurrent", "5", "--poll-interval-ms", "50", **timing).start()
+            wait_for(lambda: count_status(phorge, "sent") == 25, 60, "all delivered after the lease")
+            second.signal(signal.SIGTERM)
+            assert second.wait(30) == 0
+    finally:
+        if first is not None:
+            first.stop()
+        lock_connection.rollback()
+        lock_connection.close()
+    answered = Counter(r.object_phid for r in receiver.requests if r.answered_at)
+    assert set(answered) == set(objects)  # nothing lost
+    duplicates = {phid for phid, n in answered.items() if n > 1}
+    assert duplicates == {entry.split("|", 1)[1] for entry in held}  # answered before the kill, not written
+    assert duplicates <= answered_before_kill - written_at_kill
+    unanswered_in_flight = received_before_kill - answered_before_kill
+    assert unanswered_in_flight  # the kill really hit calls in flight...
+    assert all(answered[phid] == 1 for phid in unanswered_in_flight)  # ...and they were delivered once
+
+
+def test_sigterm_finishes_in_flight_work_and_exits_0(phorge: Phorge, workers: Callable[..., WorkerProcess]) -> None:
+    with Receiver(slow_seconds=1.0) as receiver:
+        hooks = [phorge.hook(receiver.url(f"/s{i}/slow")) for i in range(6)]
+        seed(phorge, hooks, 60)
+        worker = workers(
+            "drain",
+            "--max-concurrent",
+            "6",
+            "--poll-interval-ms",
+            "50",
+            GORGE_WEBHOOK_DELIVERY_TIMEOUT="3",
+            GORGE_WEBHOOK_CLAIM_LEASE_SEC="10",
+        ).start()
+        wait_for(lambda: receiver.state.in_flight.total() >= 4, 20, "deliveries in flight")
+        worker.signal(signal.SIGTERM)
+        started = time.monotonic()
+        assert worker.wait(30) == 0
+        assert time.monotonic() - started < 3 + 1.5  # within the delivery timeout
+        answered = {r.object_phid for r in receiver.requests if r.answered_at}
+    rows = phorge.rows()
+    now = phorge.now()
+    for row in rows:
+        if row["objectPHID"] in answered:
+            assert row["status"] == "sent"
+        else:
+            assert row["status"] == "queued"
+            snapshot = RequestRow(
+                row["id"],
+                row["phid"],
+                row["webhookPHID"],
+                row["objectPHID"],
+                row["status"],
+                row["lastRequestResult"],
+                row["lastRequestEpoch"],
+                row["dateCreated"],
+                row["dateModified"],
+            )
+            assert is_due(snapshot, now + 10, 10, 300)  # due again once any claim's lease is over
+    assert any("stopping" in line["message"] for line in worker.lines())
+
+
+def test_second_signal_exits_at_once(phorge: Phorge, workers: Callable[..., WorkerProcess]) -> None:
+    with Receiver(slow_seconds=5.0) as receiver:
+        seed(phorge, [phorge.hook(receiver.url("/stuck/slow"))], 3)
+        worker = workers("impatient", GORGE_WEBHOOK_DELIVERY_TIMEOUT="8").start()
+        wait_for(lambda: receiver.state.in_flight.total() >= 1, 20, "a delivery in flight")
+        worker.signal(signal.SIGTERM)
+        time.sleep(0.3)
+        worker.signal(signal.SIGINT)
+        started = time.monotonic()
+        assert worker.wait(10) != 0
+        assert time.monotonic() - started < 2
+
+
+def test_a_php_style_lock_holder_keeps_its_hook_waiting_while_others_proceed(
+    phorge: Phorge, workers: Callable[..., WorkerProcess]
+) -> None:
+    with Receiver() as receiver:
+        locked_hook = phorge.hook(receiver.url("/locked/ok"))
+        free_hook = phorge.hook(receiver.url("/free/ok"))
+        locked_objects = seed(phorge, [locked_hook], 5)
+        free_objects = seed(phorge, [free_hook], 5)
+        php = mysql_admin()
+        cursor = php.cursor()
+        namespace = settings.GORGE_WEBHOOK.namespace
+        cursor.execute("SELECT GET_LOCK(%s, 0)", (webhook_lock_name(namespace, locked_hook),))
+        assert cursor.fetchone()[0] == 1
+        worker = workers("polite", "--poll-interval-ms", "50").start()
+        wait_for(lambda: len(receiver.requests) == 5, 20, "the free hook's deliveries")
+        time.sleep(1.5)
+        assert {r.object_phid for r in receiver.requests} == set(free_objects)
+        cursor.execute("SELECT RELEASE_LOCK(%s)", (webhook_lock_name(namespace, locked_hook),))
+        wait_for(lambda: len(receiver.requests) == 10, 20, "the locked hook after release")
+        assert {r.object_phid for r in receiver.requests[5:]} == set(locked_objects)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+        php.close()

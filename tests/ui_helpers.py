@@ -1,0 +1,126 @@
+"""Seeds and helpers shared by the dashboard, API, admin, leak and browser tests."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections
+
+from tests.conftest import Phorge, random_phid
+
+PHP_FLAGS = {"retry": "never", "transactionPHIDs": [], "triggerPHIDs": [], "silent": False, "secure": False}
+
+
+def properties(**extra: Any) -> str:
+    """A `properties` value as PHP's json_encode writes it (compact, `/` escaped)."""
+    return json.dumps({**PHP_FLAGS, **extra}, separators=(",", ":")).replace("/", "\\/")
+
+
+@dataclass
+class ContractState:
+    """Gorge's contract fixture: 2 hooks (1 disabled), 3 queued, 2 sent, 1 failed."""
+
+    enabled: str
+    disabled: str
+    requests: list[str] = field(default_factory=list)
+
+
+def seed_contract(phorge: Phorge) -> ContractState:
+    now = phorge.now()
+    state = ContractState(
+        enabled=phorge.hook("http://127.0.0.1:9/contract", name="contract enabled"),
+        disabled=phorge.hook("http://127.0.0.1:9/contract", status="disabled", name="contract disabled"),
+    )
+    for _ in range(3):
+        state.requests.append(phorge.request(state.enabled))
+    for _ in range(2):
+        state.requests.append(
+            phorge.request(
+                state.enabled,
+                status="sent",
+                lastRequestResult="okay",
+                lastRequestEpoch=now - 5,
+                properties=properties(errorType="http", errorCode=200),
+            )
+        )
+    state.requests.append(
+        phorge.request(
+            state.disabled,
+            status="failed",
+            properties=properties(errorType="hook", errorCode="disabled"),
+        )
+    )
+    return state
+
+
+@dataclass
+class BulkState:
+    now: int
+    hooks: list[str]
+    failing: str
+    rows: int
+
+
+def seed_bulk(
+    phorge: Phorge, *, rows: int = 4000, hooks: int = 6, seed: int = 7, spread_sec: int = 7 * 86400
+) -> BulkState:
+    """A busy site's retained history: mostly sent, some failed, a small queue; one hook keeps failing."""
+    rng = random.Random(seed)
+    now = phorge.now()
+    phids = [phorge.hook(f"http://127.0.0.1:9/bulk{i}", name=f"bulk hook {i}") for i in range(hooks)]
+    failing = phids[-1]
+    values = []
+    for index in range(rows):
+        hook = failing if index % 10 == 0 else rng.choice(phids[:-1])
+        created = now - rng.randint(60, spread_sec)  # Phorge keeps a week; the chart shows 6 hours of it
+        epoch = min(now, created + rng.randint(0, 30))
+        roll = rng.random()
+        if hook == failing:
+            status, result, props = "failed", "fail", properties(errorType="http", errorCode=rng.choice([500, 502]))
+        elif roll < 0.9:
+            status, result, props = "sent", "okay", properties(errorType="http", errorCode=200)
+        elif roll < 0.93:
+            status, result, props = "failed", "none", properties(errorType="hook", errorCode="uri")
+            epoch = 0
+        elif roll < 0.96:
+            status, result, props = "queued", "fail", properties(retry="forever", errorType="timeout", errorCode=28)
+        else:
+            status, result, props = "queued", "none", properties(retry="forever")
+            epoch = 0
+        modified = created if result == "none" and status == "queued" else max(created, epoch)
+        values.append((random_phid("HWBR"), hook, random_phid("TASK"), status, props, result, epoch, created, modified))
+    with connections["phorge"].cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, "
+            "lastRequestResult, lastRequestEpoch, dateCreated, dateModified) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            values,
+        )
+        cursor.execute("ANALYZE TABLE herald_webhookrequest")
+        cursor.fetchall()
+    return BulkState(now=now, hooks=phids, failing=failing, rows=rows)
+
+
+def explain(sql: str) -> list[dict[str, Any]]:
+    with connections["phorge"].cursor() as cursor:
+        cursor.execute(f"EXPLAIN {sql}")
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def full_scans(sql: str) -> list[dict[str, Any]]:
+    """EXPLAIN rows that read herald_webhookrequest without an index (a table scan: access type ALL)."""
+    return [
+        row
+        for row in explain(sql)
+        if row["table"] == "herald_webhookrequest" and (row["type"] == "ALL" or row["key"] is None)
+    ]
+
+
+def every_text(*parts: Any) -> Iterator[str]:
+    for part in parts:
+        yield part if isinstance(part, str) else part.decode("utf-8", "replace")

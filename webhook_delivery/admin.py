@@ -1,0 +1,144 @@
+"""Read-only admin over Phorge's herald tables: nobody adds, changes or deletes, superusers included.
+
+The URI and HMAC key columns are in no list, form, search or filter, and the default manager defers
+them so they are never even loaded; "no key" is the boolean `hmacKey = ''` computed in SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib import admin
+from django.core.paginator import Paginator
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.http import HttpRequest
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from .models import HeraldWebhook, HeraldWebhookRequest
+from .phpjson import UndecodableProperties, decode_properties
+
+admin.site.site_header = "gorge-webhook"
+admin.site.site_title = "gorge-webhook"
+admin.site.index_title = "Phorge webhook delivery"
+
+COUNT_CAP = 10_000
+
+
+class CappedPaginator(Paginator):  # type: ignore[type-arg]
+    """Counts at most COUNT_CAP rows: an exact COUNT(*) of a million retained requests is not worth it."""
+
+    @cached_property
+    def count(self) -> int:
+        object_list: Any = self.object_list
+        return int(object_list[: COUNT_CAP + 1].count())
+
+
+def _when(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if epoch else "-"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    actions = None
+    show_full_result_count = False
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(HeraldWebhook)
+class HeraldWebhookAdmin(ReadOnlyAdmin):
+    list_display = ["name", "phid", "status", "signing_key", "created", "modified"]
+    list_filter = ["status"]
+    search_fields = ["phid__exact", "name"]
+    fields = readonly_fields = (
+        "phid",
+        "name",
+        "status",
+        "signing_key",
+        "view_policy",
+        "edit_policy",
+        "created",
+        "modified",
+    )
+    exclude = ["webhook_uri", "hmac_key"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[HeraldWebhook]:
+        missing = ExpressionWrapper(Q(hmac_key=""), output_field=BooleanField())
+        queryset: QuerySet[HeraldWebhook] = super().get_queryset(request)
+        return queryset.annotate(key_missing=missing)
+
+    @admin.display(description="HMAC key")
+    def signing_key(self, obj: Any) -> str:
+        return "missing: requests stay queued" if obj.key_missing else "set"
+
+    @admin.display(description="created", ordering="date_created")
+    def created(self, obj: HeraldWebhook) -> str:
+        return _when(obj.date_created)
+
+    @admin.display(description="modified", ordering="date_modified")
+    def modified(self, obj: HeraldWebhook) -> str:
+        return _when(obj.date_modified)
+
+
+@admin.register(HeraldWebhookRequest)
+class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
+    paginator = CappedPaginator
+    sortable_by = ["id"]  # any other order is a filesort over every retained row
+    list_display = ["id", "phid", "webhook_phid", "status", "last_request_result", "error", "last_attempt", "created"]
+    list_filter = ["status", "last_request_result"]
+    search_fields = ["phid__exact", "webhook_phid__exact"]
+    fields = readonly_fields = (
+        "id",
+        "phid",
+        "webhook_phid",
+        "object_phid",
+        "status",
+        "last_request_result",
+        "last_attempt",
+        "created",
+        "modified",
+        "decoded_properties",
+    )
+
+    @staticmethod
+    def _properties(obj: HeraldWebhookRequest) -> dict[str, Any] | None:
+        try:
+            return decode_properties(obj.properties)
+        except UndecodableProperties:
+            return None
+
+    @admin.display(description="error")
+    def error(self, obj: HeraldWebhookRequest) -> str:
+        properties = self._properties(obj) or {}
+        if "errorType" not in properties:
+            return "-"
+        return f"{properties['errorType']} / {properties.get('errorCode', '')}"
+
+    @admin.display(description="properties")
+    def decoded_properties(self, obj: HeraldWebhookRequest) -> str:
+        properties = self._properties(obj)
+        if properties is None:
+            return format_html("<p>Not valid JSON; stored text:</p><pre>{}</pre>", obj.properties[:4000])
+        return format_html("<pre>{}</pre>", json.dumps(properties, indent=2, ensure_ascii=False)[:20000])
+
+    @admin.display(description="last attempt", ordering="last_request_epoch")
+    def last_attempt(self, obj: HeraldWebhookRequest) -> str:
+        return _when(obj.last_request_epoch)
+
+    @admin.display(description="created", ordering="date_created")
+    def created(self, obj: HeraldWebhookRequest) -> str:
+        return _when(obj.date_created)
+
+    @admin.display(description="modified", ordering="date_modified")
+    def modified(self, obj: HeraldWebhookRequest) -> str:
+        return _when(obj.date_modified)

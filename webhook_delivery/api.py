@@ -1,0 +1,129 @@
+"""The JSON diagnostics under /api/webhook/, compatible with the Go service gorge-webhook.
+
+Like gorge-webhook, authentication comes before routing: every path under the prefix, known or not,
+answers 401 without a valid token, and only then 404 for an unknown path, a trailing slash or a method
+other than GET. Errors never carry a host, a port, SQL or a driver message.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+
+from . import selectors
+
+logger = logging.getLogger(__name__)
+
+
+def _error(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+def _authenticated(request: HttpRequest) -> bool:
+    expected = settings.GORGE_WEBHOOK.service_token
+    if not expected:
+        user = request.user
+        return bool(user.is_authenticated and user.is_active and user.is_staff)
+    given = request.headers.get("X-Service-Token", "") or request.GET.get("token", "")
+    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def _stats() -> dict[str, Any]:
+    counts = selectors.queue_counts()
+    return {
+        "queuedCount": counts.queued,
+        "sentCount": counts.sent,
+        "failedCount": counts.failed,
+        "activeWebhooks": counts.active_webhooks,
+    }
+
+
+def _hooks() -> dict[str, Any]:
+    return {"total": selectors.hook_total()}
+
+
+def _hook_json(hook: selectors.HookHealth, health: selectors.QueueHealth) -> dict[str, Any]:
+    return {
+        "phid": hook.phid,
+        "name": hook.name,
+        "status": hook.status,
+        "state": hook.state,
+        "misconfigured": hook.misconfigured,
+        "counts": {"queued": hook.queued, "sent": hook.sent, "failed": hook.failed},
+        "due_now": hook.due,
+        "breaker": {
+            "state": "backoff" if hook.in_backoff else "closed",
+            "recent_failures": hook.window_failures,
+            "threshold": health.error_threshold,
+            "window_sec": health.error_window_sec,
+        },
+        "last_success_epoch": hook.last_success,
+        "last_failure_epoch": hook.last_failure,
+        "errors": [{"type": e.error_type, "code": e.error_code, "count": e.count} for e in hook.errors],
+    }
+
+
+def _worker_json(worker: selectors.WorkerStatus) -> dict[str, Any]:
+    return {
+        "worker_id": worker.worker_id,
+        "hostname": worker.hostname,
+        "pid": worker.pid,
+        "started_at": worker.started_at.isoformat(),
+        "last_seen": worker.last_seen.isoformat(),
+        "alive": worker.alive,
+        "state": worker.state,
+        "in_flight": worker.in_flight,
+        "max_concurrent": worker.max_concurrent,
+        "database_down_for_sec": worker.database_down_for_sec,
+        "hooks_in_backoff": worker.hooks_in_backoff,
+        "hooks_misconfigured": worker.hooks_misconfigured,
+        "hooks_lock_busy": worker.hooks_lock_busy,
+        "degraded": dict(worker.degraded),
+    }
+
+
+def _health() -> dict[str, Any]:
+    health = selectors.queue_health(settings.GORGE_WEBHOOK)
+    return {
+        "now": health.now,
+        "queue": {
+            "queued": health.queued,
+            "sent": health.sent,
+            "failed": health.failed,
+            "due_now": health.due_now,
+            "due_held": health.due_held,
+            "oldest_due_age_sec": health.oldest_due_age,
+            "lag": health.lag_state,
+            "late_after_sec": health.thresholds.late_after,
+            "stalled_after_sec": health.thresholds.stalled_after,
+        },
+        "hooks": [_hook_json(hook, health) for hook in health.hooks],
+        "workers": [_worker_json(worker) for worker in selectors.workers()],
+        "php_worker": selectors.php_delivery_state(),
+    }
+
+
+ROUTES: dict[str, Callable[[], dict[str, Any]]] = {"stats": _stats, "hooks": _hooks, "health": _health}
+
+
+@csrf_exempt  # read-only, token-authenticated; a POST must reach the 404 below, not a CSRF page
+@never_cache
+def dispatch(request: HttpRequest, rest: str | None = None) -> JsonResponse:
+    if not _authenticated(request):
+        return _error(401, "ERR_UNAUTHORIZED", "missing or invalid service token")
+    route = ROUTES.get(rest or "") if request.method in ("GET", "HEAD") else None
+    if route is None:
+        return _error(404, "ERR_NOT_FOUND", "Not Found")
+    try:
+        data = route()
+    except Exception:
+        logger.exception("diagnostics request failed", extra={"endpoint": rest})
+        return _error(500, "ERR_INTERNAL", "internal server error")
+    return JsonResponse({"data": data})

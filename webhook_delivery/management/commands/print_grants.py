@@ -1,0 +1,29 @@
+"""`manage.py print_grants`: the GRANT statements this service's database user needs (and the optional ones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from webhook_delivery.phorge_lookups import grants_sql
+
+
+class Command(BaseCommand):
+    help = "Print the MariaDB/MySQL GRANT statements for gorge-webhook's user, one comment per optional grant."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--user", help="database user (default: the configured GORGE_WEBHOOK_MYSQL_USER/URL user)")
+        parser.add_argument("--host", default="%", help="host part of the account (default: %%)")
+        parser.add_argument("--namespace", help="Phorge storage namespace (default: the configured one)")
+        parser.add_argument("--required-only", action="store_true", help="leave out the optional grants")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        namespace = options["namespace"] or settings.GORGE_WEBHOOK.namespace
+        user = options["user"] or str(settings.DATABASES["phorge"].get("USER") or "gorge_webhook")
+        try:
+            text = grants_sql(namespace, user, options["host"], optional=not options["required_only"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(text, ending="")

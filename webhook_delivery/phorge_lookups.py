@@ -1,0 +1,502 @@
+"""Read-only views into Phorge's other application databases, beside the herald one.
+
+Three things Phorge's PHP worker knows and an out-of-process deliverer has to look up:
+
+* `PhorgeObjects`: does the request's object still exist, and which of its stored transactions still
+  exist, newest first (the worker's steps 6 and 7);
+* `SilentMode`: Phorge's global `phabricator.silent`, from the config database (or GORGE_WEBHOOK_SILENT);
+* `PhpWorkerGuard`: is Phorge's own PHP daemon still running `HeraldWebhookWorker` tasks.
+
+Everything is a SELECT on `<namespace>_<app>`.`<table>` through the herald connection (default alias
+"phorge"), so the same MariaDB user needs an extra grant for each; `grants_sql()` prints them. Without a
+grant (or on SQLite, where none of these databases exist) each feature degrades to what the project did
+without it and says so once in the log. Any other database error propagates as django.db.DatabaseError
+so the worker's outage handling keeps the request queued.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DatabaseError, connections
+from prometheus_client import Gauge
+
+from .config import DeliveryConfig
+from .payload import phid_get_type, stored_values, transactions_newest_first
+
+logger = logging.getLogger(__name__)
+
+# MariaDB/MySQL errors that mean "this user cannot read that table" rather than "the database is down":
+# table/column access denied, database access denied, unknown database, no such table.
+NO_ACCESS_ERRORS = frozenset({1044, 1049, 1142, 1143, 1146})
+
+WEBHOOK_TASK_CLASS = "HeraldWebhookWorker"
+ARCHIVE_RESULT_CANCELLED = 2  # PhabricatorWorkerArchiveTask::RESULT_CANCELLED (bin/worker cancel)
+RECENT_ARCHIVE_SEC = 15 * 60
+CACHE_SEC = 5.0
+
+PHP_WORKER_ACTIVE = Gauge(
+    "gorge_webhook_php_worker_active",
+    "Phorge's PHP worker runs HeraldWebhookWorker tasks: 1 yes, 0 no, -1 unknown (no grant on <ns>_worker).",
+)
+_GAUGE_VALUE = {"active": 1, "idle": 0, "unknown": -1}
+
+ConnectionSource = Callable[[], Any]
+_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")  # as GORGE_WEBHOOK_NAMESPACE is validated
+
+
+UNREADABLE_RECHECK_SEC = 60.0
+
+
+@dataclass(frozen=True)
+class ObjectTables:
+    """Where Phorge keeps one PHID type: the object's table and its transaction table (app, table)."""
+
+    label: str
+    object_app: str
+    object_table: str
+    xaction_app: str
+    xaction_table: str
+
+
+def _tables(label: str, app: str, object_table: str, xaction_table: str | None = None) -> ObjectTables:
+    return ObjectTables(label, app, object_table, app, xaction_table or f"{object_table}_transaction")
+
+
+# PHID type constant -> tables of the object class and of its getApplicationTransactionTemplate()
+# (Phorge 07c1a51310). Only types whose two tables both appear in tests/fixtures/app-schema.sql (or, for
+# HWBH, the herald schema) are listed; any other type keeps the stored-order rule.
+OBJECT_TABLES: dict[str, ObjectTables] = {
+    "TASK": _tables("Maniphest tasks", "maniphest", "maniphest_task", "maniphest_transaction"),
+    "DREV": _tables("Differential revisions", "differential", "differential_revision", "differential_transaction"),
+    # Commits live in the repository database, their transactions are audit transactions.
+    "CMIT": ObjectTables("Diffusion commits", "repository", "repository_commit", "audit", "audit_transaction"),
+    "REPO": _tables("Diffusion repositories", "repository", "repository"),
+    "PROJ": _tables("projects", "project", "project"),
+    "USER": _tables("users", "user", "user"),
+    "WIKI": _tables("Phriction documents", "phriction", "phriction_document", "phriction_transaction"),
+    "PSTE": _tables("pastes", "paste", "paste"),
+    "MOCK": _tables("Pholio mocks", "pholio", "pholio_mock", "pholio_transaction"),
+    "FILE": _tables("files", "file", "file"),
+    "HWBH": _tables("webhooks", "herald", "herald_webhook", "herald_webhooktransaction"),
+    "BDGE": _tables("badges", "badges", "badges_badge", "badges_transaction"),
+    "CONP": _tables("Conpherence rooms", "conpherence", "conpherence_thread", "conpherence_transaction"),
+    "CDWN": _tables("countdowns", "countdown", "countdown"),
+    "DSHB": _tables("dashboards", "dashboard", "dashboard"),
+    "LEGD": _tables("Legalpad documents", "legalpad", "legalpad_document", "legalpad_transaction"),
+    "POLL": _tables("Slowvote polls", "slowvote", "slowvote_poll", "slowvote_transaction"),
+}
+
+
+def qualified(namespace: str, app: str, table: str) -> str:
+    if not _NAMESPACE_RE.match(namespace):
+        raise ValueError(f"invalid Phorge namespace {namespace!r}")
+    return f"`{namespace}_{app}`.`{table}`"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _error_code(exc: DatabaseError) -> int | None:
+    code = exc.args[0] if exc.args else None
+    return code if isinstance(code, int) else None
+
+
+def _default_connection() -> Any:
+    return connections["phorge"]
+
+
+class _OnceLog:
+    """Logs each key once per process, from any thread."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def first(self, key: str) -> bool:
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+            return True
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return sorted(self._seen)
+
+
+class _NoAccessError(Exception):
+    def __init__(self, code: int | None) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _select(connection: Any, sql: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
+    """Run one SELECT; raise _NoAccessError when the table cannot be read, DatabaseError for anything else."""
+    if connection.vendor != "mysql":
+        raise _NoAccessError(None)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, list(params))
+            return list(cursor.fetchall())
+    except DatabaseError as exc:
+        code = _error_code(exc)
+        if code in NO_ACCESS_ERRORS:
+            raise _NoAccessError(code) from exc
+        raise
+
+
+class PhorgeObjects:
+    """The ObjectLookup of the Dispatcher: PHP's object check and transaction query, read-only."""
+
+    def __init__(self, namespace: str, *, connection: ConnectionSource | None = None) -> None:
+        self.namespace = namespace
+        self._connection = connection or _default_connection
+        self._logged = _OnceLog()
+        self._unreadable: dict[str, float] = {}
+
+    def _known_unreadable(self, table: str) -> bool:
+        return self._unreadable.get(table, 0.0) > time.monotonic()
+
+    def transactions(self, object_phid: str, stored: Any) -> list[Any] | None:
+        phid_type = phid_get_type(object_phid)
+        tables = OBJECT_TABLES.get(phid_type)
+        if tables is None:
+            if self._logged.first(f"type {phid_type}"):
+                logger.info(
+                    "no object lookup for this PHID type: falling back to stored order for its transactions",
+                    extra={"phid_type": phid_type},
+                )
+            return transactions_newest_first(stored)
+        connection = self._connection()
+        objects = qualified(self.namespace, tables.object_app, tables.object_table)
+        if self._known_unreadable(objects):
+            return transactions_newest_first(stored)
+        try:
+            found = _select(connection, f"SELECT 1 FROM {objects} WHERE phid = %s LIMIT 1", [object_phid])
+        except _NoAccessError as exc:
+            return self._fall_back(objects, tables, phid_type, exc, stored, objects_checked=False)
+        if not found:
+            return None
+        wanted = list(dict.fromkeys(value for value in stored_values(stored) if isinstance(value, str)))
+        if not wanted:
+            return []
+        xactions = qualified(self.namespace, tables.xaction_app, tables.xaction_table)
+        if self._known_unreadable(xactions):
+            return transactions_newest_first(stored)
+        marks = ", ".join(["%s"] * len(wanted))
+        try:
+            rows = _select(
+                connection,
+                f"SELECT phid FROM {xactions} WHERE objectPHID = %s AND phid IN ({marks}) ORDER BY id DESC",
+                [object_phid, *wanted],
+            )
+        except _NoAccessError as exc:
+            return self._fall_back(xactions, tables, phid_type, exc, stored, objects_checked=True)
+        return [_text(phid) for (phid,) in rows]
+
+    def _fall_back(
+        self,
+        table: str,
+        tables: ObjectTables,
+        phid_type: str,
+        exc: _NoAccessError,
+        stored: Any,
+        *,
+        objects_checked: bool,
+    ) -> list[Any]:
+        # Don't pay a failing round trip per delivery: look again only after a while (grants change).
+        self._unreadable[table] = time.monotonic() + UNREADABLE_RECHECK_SEC
+        if exc.code is None:
+            if self._logged.first("no mysql"):
+                logger.info(
+                    "Phorge's application databases are not on this database server: "
+                    "falling back to stored order for transactions, objects are not checked"
+                )
+        elif self._logged.first(f"table {table}"):
+            lost = "transactions are sent in stored order"
+            if not objects_checked:
+                lost += ", deleted objects are not detected"
+            logger.warning(
+                f"cannot read {table} (no SELECT grant, or no such table): falling back to stored order "
+                f"for {tables.label}: {lost}",
+                extra={"phid_type": phid_type, "mysql_error": exc.code},
+            )
+        return transactions_newest_first(stored)
+
+    def unavailable(self) -> list[str]:
+        """What fell back to stored order so far (PHID types without a lookup, unreadable tables)."""
+        return self._logged.keys()
+
+
+def php_truthy(value: Any) -> bool:
+    """PHP's truthiness of a json_decode()d value ("0", "", 0, [], {} and null are false)."""
+    if isinstance(value, str):
+        return value not in ("", "0")
+    return bool(value)
+
+
+class SilentMode:
+    """`phabricator.silent` as Phorge's worker sees it; callable as Dispatcher(silent=...).
+
+    GORGE_WEBHOOK_SILENT wins. Otherwise the value comes from Phorge's config database (cached a few
+    seconds, it is read before every delivery). A value set only in Phorge's local.json is invisible here:
+    such installs set GORGE_WEBHOOK_SILENT as well.
+    """
+
+    def __init__(
+        self,
+        config: DeliveryConfig,
+        *,
+        connection: ConnectionSource | None = None,
+        ttl: float = CACHE_SEC,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.override = config.silent
+        self.table = qualified(config.namespace, "config", "config_entry")
+        self._connection = connection or _default_connection
+        self._ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cached: tuple[float, bool | None] | None = None
+        self._unreadable = False
+
+    def __call__(self) -> bool:
+        return bool(self.read())
+
+    def read(self) -> bool | None:
+        """True/False, or None when Phorge's config cannot be read (then delivery behaves as False)."""
+        if self.override is not None:
+            return self.override
+        with self._lock:
+            now = self._clock()
+            if self._cached is not None and now - self._cached[0] < self._ttl:
+                return self._cached[1]
+            value = self._query()
+            self._cached = (now, value)
+            return value
+
+    def describe(self) -> dict[str, Any]:
+        """For readiness detail and the dashboard: the value and where it came from."""
+        value = self.read()
+        if self.override is not None:
+            source = "GORGE_WEBHOOK_SILENT"
+        elif value is None:
+            source = "unknown"
+        else:
+            source = "phorge config database"
+        return {"silent": value, "source": source}
+
+    def _query(self) -> bool | None:
+        sql = (
+            f"SELECT value FROM {self.table} "
+            "WHERE namespace = 'default' AND configKey = 'phabricator.silent' AND isDeleted = 0"
+        )
+        try:
+            rows = _select(self._connection(), sql, [])
+        except _NoAccessError as exc:
+            if not self._unreadable:
+                self._unreadable = True
+                logger.warning(
+                    f"cannot read {self.table}: phabricator.silent is unknown and taken as off; "
+                    "set GORGE_WEBHOOK_SILENT to decide explicitly",
+                    extra={"mysql_error": exc.code},
+                )
+            return None
+        if self._unreadable:
+            self._unreadable = False
+            logger.info(f"reading phabricator.silent from {self.table} again")
+        if not rows:
+            return False
+        try:
+            decoded = json.loads(_text(rows[0][0]))
+        except ValueError:
+            decoded = None  # PHP's json_decode gives null: not silent
+        return php_truthy(decoded)
+
+
+class PhpWorkerGuard:
+    """Whether Phorge's PHP daemon is (still) delivering webhooks: the handover check of SPEC §6.
+
+    "active": HeraldWebhookWorker tasks are queued in Phorge (phd will run them) or phd ran some in the
+    last 15 minutes (succeeded or failed; tasks cancelled with `bin/worker cancel` do not count).
+    "idle": neither. "unknown": the worker tables cannot be read (never reported as idle).
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        *,
+        connection: ConnectionSource | None = None,
+        ttl: float = CACHE_SEC,
+        recent_sec: int = RECENT_ARCHIVE_SEC,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.active_table = qualified(namespace, "worker", "worker_activetask")
+        self.archive_table = qualified(namespace, "worker", "worker_archivetask")
+        self.recent_sec = recent_sec
+        self._connection = connection or _default_connection
+        self._ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cached: tuple[float, dict[str, Any]] | None = None
+        self._reported: str | None = None
+
+    def active_sql(self) -> str:
+        # key `taskClass`; "leased" = claimed by a phd worker whose lease has not run out.
+        return (
+            "SELECT COUNT(*), COALESCE(SUM(leaseOwner IS NOT NULL AND leaseExpires > UNIX_TIMESTAMP()), 0) "
+            f"FROM {self.active_table} WHERE taskClass = %s"
+        )
+
+    def archive_sql(self) -> str:
+        # key `key_modified`: archiving inserts the row, so dateModified is the time phd finished it.
+        return (
+            f"SELECT COUNT(*) FROM {self.archive_table} WHERE dateModified >= UNIX_TIMESTAMP() - %s "
+            "AND taskClass = %s AND result <> %s"
+        )
+
+    def state(self) -> dict[str, Any]:
+        """{"state", "active_tasks", "leased_tasks", "recently_archived", "detail"}, cached a few seconds."""
+        with self._lock:
+            now = self._clock()
+            if self._cached is not None and now - self._cached[0] < self._ttl:
+                return dict(self._cached[1])
+            state = self._read()
+            self._cached = (now, state)
+            return dict(state)
+
+    def _read(self) -> dict[str, Any]:
+        connection = self._connection()
+        try:
+            ((active, leased),) = _select(connection, self.active_sql(), [WEBHOOK_TASK_CLASS])
+        except _NoAccessError:
+            return {
+                "state": "unknown",
+                "active_tasks": None,
+                "leased_tasks": None,
+                "recently_archived": None,
+                "detail": f"cannot read {self.active_table} (no SELECT grant, or not Phorge's database)",
+            }
+        active, leased = int(active), int(leased)
+        try:
+            ((archived,),) = _select(
+                connection, self.archive_sql(), [self.recent_sec, WEBHOOK_TASK_CLASS, ARCHIVE_RESULT_CANCELLED]
+            )
+            recent: int | None = int(archived)
+        except _NoAccessError:
+            recent = None
+        minutes = self.recent_sec // 60
+        parts = [f"{active} HeraldWebhookWorker task(s) queued in Phorge ({leased} leased by phd)"]
+        if recent is None:
+            parts.append(f"cannot read {self.archive_table}")
+        else:
+            parts.append(f"{recent} run by phd in the last {minutes} min")
+        if active or recent:
+            state = "active"
+        elif recent is None:
+            state = "unknown"
+        else:
+            state = "idle"
+        return {
+            "state": state,
+            "active_tasks": active,
+            "leased_tasks": leased,
+            "recently_archived": recent,
+            "detail": "; ".join(parts),
+        }
+
+    def watch(self) -> dict[str, Any]:
+        """For the worker's poll loop: refresh (cached), set the gauge, log when the state changes.
+
+        A database error here reads as "unknown" instead of raising: the loop's own queries notice
+        outages and handle them.
+        """
+        try:
+            state = self.state()
+        except DatabaseError:
+            state = {
+                "state": "unknown",
+                "active_tasks": None,
+                "leased_tasks": None,
+                "recently_archived": None,
+                "detail": "database error while reading Phorge's worker tables",
+            }
+        PHP_WORKER_ACTIVE.set(_GAUGE_VALUE[state["state"]])
+        if state["state"] != self._reported:
+            self._reported = state["state"]
+            extra = {
+                "active_tasks": state["active_tasks"],
+                "leased_tasks": state["leased_tasks"],
+                "recently_archived": state["recently_archived"],
+            }
+            if state["state"] == "active":
+                logger.warning(
+                    "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (see README handover)",
+                    extra=extra,
+                )
+            elif state["state"] == "idle":
+                logger.info("Phorge's PHP worker is not delivering webhooks", extra=extra)
+            else:
+                logger.info(
+                    f"cannot tell whether Phorge's PHP worker delivers webhooks: {state['detail']}", extra=extra
+                )
+        return state
+
+
+def _account(user: str, host: str) -> str:
+    def literal(text: str) -> str:
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    return f"{literal(user)}@{literal(host)}"
+
+
+def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = True) -> str:
+    """GRANT statements for this service's MariaDB/MySQL user, with what each optional one is for.
+
+    Table-level grants: each table must exist (it does in any Phorge after `bin/storage upgrade`).
+    """
+    account = _account(user, host)
+    lines = [
+        f"-- MariaDB/MySQL grants for gorge-webhook (namespace {namespace!r}). Create the user first:",
+        f"--   CREATE USER {account} IDENTIFIED BY '<password>';",
+        "-- Required: read hooks, claim requests and write their results.",
+        f"GRANT SELECT ON {qualified(namespace, 'herald', 'herald_webhook')} TO {account};",
+        f"GRANT SELECT, UPDATE ON {qualified(namespace, 'herald', 'herald_webhookrequest')} TO {account};",
+    ]
+    if optional:
+        lines += [
+            "-- Optional: without it phabricator.silent is not seen (set GORGE_WEBHOOK_SILENT instead).",
+            f"GRANT SELECT ON {qualified(namespace, 'config', 'config_entry')} TO {account};",
+            "-- Optional: without these, PHP delivery still running is not detected (handover guard: unknown).",
+            f"GRANT SELECT ON {qualified(namespace, 'worker', 'worker_activetask')} TO {account};",
+            f"GRANT SELECT ON {qualified(namespace, 'worker', 'worker_archivetask')} TO {account};",
+        ]
+        granted = {qualified(namespace, "herald", "herald_webhook")}
+        for phid_type, tables in OBJECT_TABLES.items():
+            objects = qualified(namespace, tables.object_app, tables.object_table)
+            xactions = qualified(namespace, tables.xaction_app, tables.xaction_table)
+            if objects in granted:
+                lines.append(
+                    f"-- Optional ({phid_type}): without it, transactions of {tables.label} go in stored order."
+                )
+            else:
+                lines.append(
+                    f"-- Optional ({phid_type}): without these, requests for deleted {tables.label} are still "
+                    "sent, with transactions in stored order."
+                )
+            for name in (objects, xactions):
+                if name not in granted:
+                    granted.add(name)
+                    lines.append(f"GRANT SELECT ON {name} TO {account};")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,683 @@
+"""Every read the dashboard, the JSON diagnostics, the readiness probe and the web metrics make.
+
+Upstream Phorge has no index on `herald_webhookrequest.status`, and a week of a busy site is a million
+rows, so nothing here filters on status alone. Two facts keep every query on `key_ratelimit`
+(webhookPHID, lastRequestResult, lastRequestEpoch):
+
+* `lastRequestResult = 'okay'` exactly when `status = 'sent'` (Phorge and the worker write them
+  together), so sent rows are counted from the index alone;
+* queued and failed rows all have `lastRequestResult IN ('none', 'fail')`, a small slice of the index
+  whose rows are the only ones ever read in full.
+
+Every request query is therefore restricted to `webhookPHID IN (<every hook>)`. Requests of a hook that
+no longer exists are not counted (Phorge deletes a hook's requests before the hook itself).
+
+The secret columns are never selected: the only use of hmacKey is the boolean `hmacKey = ''`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, ParamSpec, Required, TypedDict, TypeVar, cast
+
+from django.conf import settings
+from django.db import DatabaseError, connections, transaction
+
+from .config import DeliveryConfig
+from .models import HeraldWebhook, HeraldWebhookRequest
+from .phorge_lookups import PhpWorkerGuard
+from .status.models import WorkerHeartbeat
+from .store import Store
+
+PHORGE = "phorge"
+REQUESTS = HeraldWebhookRequest._meta.db_table
+HOOKS = HeraldWebhook._meta.db_table
+
+WORKER_ALIVE_SEC = 30
+WORKERS_SHOWN_FOR = timedelta(days=1)
+CHART_HOURS = 6
+CHART_STEP_SEC = 60
+RECENT_FAILURES = 20
+HOOKS_SHOWN = 200
+PENDING_RESULTS = "lastRequestResult IN ('none', 'fail')"
+
+LagState = Literal["healthy", "late", "stalled"]
+HookState = Literal["ok", "failing", "backoff", "misconfigured", "disabled"]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _int(value: Any) -> int:
+    return 0 if value is None else int(value)
+
+
+def _fetch(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    # Always pass a mapping, even an empty one, so `%%` in the SQLite clock expression is unescaped.
+    with connections[PHORGE].cursor() as cursor:
+        cursor.execute(sql, dict(params))
+        return list(cursor.fetchall())
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _uncommitted_reads(func: Callable[P, R]) -> Callable[P, R]:
+    """Run the queries of `func` in one READ UNCOMMITTED transaction on MySQL/MariaDB.
+
+    Counting is a covering scan of key_ratelimit, but under a snapshot InnoDB visits the row behind every
+    index entry newer than the oldest open transaction: one long transaction elsewhere (a nightly
+    `mysqldump --single-transaction`) made a million-row dashboard forty times slower. A count that
+    includes a write still in flight is fine for diagnostics.
+    """
+
+    @functools.wraps(func)
+    def reading(*args: P.args, **kwargs: P.kwargs) -> R:
+        connection = connections[PHORGE]
+        if connection.vendor != "mysql" or connection.in_atomic_block:
+            return func(*args, **kwargs)
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+        with transaction.atomic(using=PHORGE):
+            return func(*args, **kwargs)
+
+    return reading
+
+
+def _hook_filter(phids: Sequence[str]) -> tuple[str, dict[str, str]]:
+    params = {f"hook{index}": phid for index, phid in enumerate(phids)}
+    return "webhookPHID IN (" + ", ".join(f"%({name})s" for name in params) + ")", params
+
+
+def _greatest(store: Store, a: str, b: str) -> str:
+    return f"GREATEST({a}, {b})" if store.is_mysql else f"MAX({a}, {b})"
+
+
+def _requests(store: Store) -> str:
+    """The request table, pinned to key_ratelimit on MySQL/MariaDB.
+
+    Without the hint the optimizer switches to a full scan once the non-sent slice is a large share of a
+    small table, i.e. during an incident, exactly when the page matters; with it the cost stays bounded
+    by the rows that are not sent, whatever Phorge retains.
+    """
+    return f"{REQUESTS} FORCE INDEX (key_ratelimit)" if store.is_mysql else REQUESTS
+
+
+FAILED_ROW = "(status = 'failed' OR lastRequestResult = 'fail')"
+
+
+def _json_text(store: Store, key: str) -> str:
+    """properties.<key> of a failed row as text (NULL otherwise): only failures carry a meaningful error."""
+    if store.is_mysql:
+        value = f"JSON_UNQUOTE(JSON_EXTRACT(properties, '$.{key}'))"
+        return f"CASE WHEN {FAILED_ROW} AND JSON_VALID(properties) THEN {value} END"
+    return f"CASE WHEN {FAILED_ROW} AND json_valid(properties) THEN json_extract(properties, '$.{key}') END"
+
+
+def _due_since_sql(store: Store) -> str:
+    """The SQL twin of store.next_due(), except that an untouched row is due since it was created."""
+    after_retry = "CASE WHEN lastRequestResult = 'fail' THEN lastRequestEpoch + %(retry)s ELSE 0 END"
+    after_claim = (
+        "CASE WHEN lastRequestResult = 'fail' AND dateModified = lastRequestEpoch THEN 0 "
+        "ELSE dateModified + %(lease)s END"
+    )
+    later = _greatest(store, after_retry, after_claim)
+    return f"CASE WHEN dateModified = dateCreated AND lastRequestResult = 'none' THEN dateCreated ELSE {later} END"
+
+
+# -- hooks -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HookRow:
+    phid: str
+    name: str
+    status: str
+    misconfigured: bool  # empty HMAC key: the worker never calls it unsigned
+
+
+def hooks() -> tuple[int, list[HookRow]]:
+    """Every hook (no URI, no key) and the database clock."""
+    store = Store(PHORGE)
+    rows = _fetch(
+        f"SELECT phid, name, status, hmacKey = '' AS no_key, {store.now_sql} FROM {HOOKS} ORDER BY name, id", {}
+    )
+    now = int(rows[0][4]) if rows else store.db_now()
+    return now, [HookRow(_text(r[0]), _text(r[1]), _text(r[2]), bool(r[3])) for r in rows]
+
+
+def hook_total() -> int:
+    return _int(_fetch(f"SELECT COUNT(*) FROM {HOOKS}", {})[0][0])
+
+
+# -- queue counts (the Gorge-compatible /api/webhook/stats) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    queued: int
+    sent: int
+    failed: int
+    active_webhooks: int
+
+
+@_uncommitted_reads
+def queue_counts() -> QueueCounts:
+    _now, all_hooks = hooks()
+    active = sum(1 for hook in all_hooks if hook.status != "disabled")
+    if not all_hooks:
+        return QueueCounts(0, 0, 0, active)
+    store = Store(PHORGE)
+    where, params = _hook_filter([hook.phid for hook in all_hooks])
+    sent = _fetch(f"SELECT COUNT(*) FROM {_requests(store)} WHERE {where} AND lastRequestResult = 'okay'", params)
+    by_status = dict(
+        _fetch(
+            f"SELECT status, COUNT(*) FROM {_requests(store)} WHERE {where} AND {PENDING_RESULTS} GROUP BY status",
+            params,
+        )
+    )
+    return QueueCounts(
+        queued=_int(by_status.get("queued")),
+        sent=_int(sent[0][0]),
+        failed=_int(by_status.get("failed")),
+        active_webhooks=active,
+    )
+
+
+# -- per-hook health and lag -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ErrorCount:
+    error_type: str
+    error_code: str
+    count: int
+
+
+@dataclass(frozen=True)
+class HookHealth:
+    phid: str
+    name: str
+    status: str
+    misconfigured: bool
+    queued: int = 0
+    sent: int = 0
+    failed: int = 0
+    due: int = 0
+    oldest_due_since: int | None = None
+    window_failures: int = 0  # attempts failed inside the breaker window (Phorge's rule)
+    in_backoff: bool = False
+    last_success: int | None = None
+    last_failed_attempt: int | None = None  # lastRequestEpoch of the newest `fail` row
+    last_configuration_failure: int | None = None  # dateModified of the newest failed/none row (hook error)
+    errors: tuple[ErrorCount, ...] = ()
+
+    @property
+    def last_failure(self) -> int | None:
+        return _latest(self.last_failed_attempt, self.last_configuration_failure)
+
+    @property
+    def held(self) -> bool:
+        """Due requests of this hook wait on purpose (breaker or missing key), not on the worker."""
+        return self.misconfigured or self.in_backoff
+
+    @property
+    def state(self) -> HookState:
+        if self.status == "disabled":
+            return "disabled"
+        if self.misconfigured:
+            return "misconfigured"
+        if self.in_backoff:
+            return "backoff"
+        if self.last_failure is not None and (self.last_success is None or self.last_failure >= self.last_success):
+            return "failing"
+        return "ok"
+
+
+@dataclass(frozen=True)
+class LagThresholds:
+    late_after: int
+    stalled_after: int
+
+
+def lag_thresholds(config: DeliveryConfig) -> LagThresholds:
+    """When the oldest due request is late, and when delivery looks stalled (seconds).
+
+    A due request is normally claimed within one poll interval; with every slot busy it can wait behind
+    deliveries that each take up to the delivery timeout. So it is late after the largest of 30 s,
+    twenty poll intervals and two delivery timeouts. It is stalled once it has waited longer than
+    Phorge itself holds back a failing request (the retry backoff) or a crashed worker's claim (the
+    lease), and never before twice the late threshold: by then no worker is taking due requests.
+    Defaults (250 ms poll, 15 s timeout, 300 s backoff, 60 s lease): late after 30 s, stalled after 300 s.
+    """
+    late = max(30, math.ceil(config.poll_interval_ms / 50), math.ceil(2 * config.delivery_timeout))
+    return LagThresholds(late, max(2 * late, config.retry_backoff_sec, config.claim_lease_sec))
+
+
+@dataclass(frozen=True)
+class QueueHealth:
+    now: int
+    hooks: tuple[HookHealth, ...]
+    thresholds: LagThresholds
+    error_threshold: int
+    error_window_sec: int
+
+    @property
+    def queued(self) -> int:
+        return sum(hook.queued for hook in self.hooks)
+
+    @property
+    def sent(self) -> int:
+        return sum(hook.sent for hook in self.hooks)
+
+    @property
+    def failed(self) -> int:
+        return sum(hook.failed for hook in self.hooks)
+
+    @property
+    def due_now(self) -> int:
+        return sum(hook.due for hook in self.hooks)
+
+    @property
+    def due_held(self) -> int:
+        return sum(hook.due for hook in self.hooks if hook.held)
+
+    @property
+    def oldest_due_age(self) -> int | None:
+        """Seconds the oldest deliverable due request has been waiting (held hooks excluded)."""
+        since = [h.oldest_due_since for h in self.hooks if not h.held and h.oldest_due_since is not None]
+        return max(0, self.now - min(since)) if since else None
+
+    @property
+    def lag_state(self) -> LagState:
+        age = self.oldest_due_age or 0
+        if age >= self.thresholds.stalled_after:
+            return "stalled"
+        return "late" if age >= self.thresholds.late_after else "healthy"
+
+    @property
+    def active_hooks(self) -> int:
+        return sum(1 for hook in self.hooks if hook.status != "disabled")
+
+    @property
+    def hooks_in_backoff(self) -> int:
+        return sum(1 for hook in self.hooks if hook.in_backoff)
+
+    @property
+    def hooks_misconfigured(self) -> int:
+        return sum(1 for hook in self.hooks if hook.misconfigured)
+
+    @property
+    def hook_phids(self) -> list[str]:
+        return [hook.phid for hook in self.hooks]
+
+
+@dataclass
+class _Tally:
+    queued: int = 0
+    sent: int = 0
+    failed: int = 0
+    due: int = 0
+    oldest_due_since: int | None = None
+    window_failures: int = 0
+    last_success: int | None = None
+    last_failed_attempt: int | None = None
+    last_configuration_failure: int | None = None
+    errors: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+
+
+def _latest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _earliest(a: int | None, b: int) -> int:
+    return b if a is None else min(a, b)
+
+
+@_uncommitted_reads
+def queue_health(config: DeliveryConfig) -> QueueHealth:
+    """Counts, due requests, breaker state and errors per hook: three queries however large the table."""
+    store = Store(PHORGE)
+    now, all_hooks = hooks()
+    tallies: dict[str, _Tally] = {hook.phid: _Tally() for hook in all_hooks}
+    if all_hooks:
+        where, params = _hook_filter(list(tallies))
+        settled = _fetch(
+            f"SELECT webhookPHID, COUNT(*), MAX(lastRequestEpoch) FROM {_requests(store)} "
+            f"WHERE {where} AND lastRequestResult = 'okay' GROUP BY webhookPHID",
+            params,
+        )
+        for phid, count, last in settled:
+            tally = tallies[_text(phid)]
+            tally.sent, tally.last_success = _int(count), _int(last) or None
+        due = store.due_sql("%(now)s")
+        pending = _fetch(
+            f"SELECT webhookPHID, status, {_json_text(store, 'errorType')} AS error_type, "
+            f"{_json_text(store, 'errorCode')} AS error_code, COUNT(*), "
+            "MAX(CASE WHEN lastRequestResult = 'fail' THEN lastRequestEpoch END), "
+            "MAX(CASE WHEN lastRequestResult = 'none' AND status = 'failed' THEN dateModified END), "
+            "SUM(CASE WHEN lastRequestResult = 'fail' AND lastRequestEpoch >= %(window_start)s THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {due} THEN 1 ELSE 0 END), MIN(CASE WHEN {due} THEN {_due_since_sql(store)} END) "
+            f"FROM {_requests(store)} WHERE {where} AND {PENDING_RESULTS} "
+            "GROUP BY webhookPHID, status, lastRequestResult, error_type, error_code",
+            {
+                **params,
+                "now": now,
+                "window_start": now - config.error_backoff_sec,
+                "lease": config.claim_lease_sec,
+                "retry": config.retry_backoff_sec,
+            },
+        )
+        for row in pending:
+            phid, status, error_type, error_code, count, failed_attempt, config_failure = row[:7]
+            in_window, due_count, due_since = row[7:]
+            tally = tallies[_text(phid)]
+            status = _text(status)
+            if status == "queued":
+                tally.queued += _int(count)
+            elif status == "failed":
+                tally.failed += _int(count)
+            tally.last_failed_attempt = _latest(tally.last_failed_attempt, _int(failed_attempt) or None)
+            tally.last_configuration_failure = _latest(tally.last_configuration_failure, _int(config_failure) or None)
+            tally.window_failures += _int(in_window)
+            tally.due += _int(due_count)
+            if due_since is not None:
+                tally.oldest_due_since = _earliest(tally.oldest_due_since, _int(due_since))
+            if error_type is not None:
+                tally.errors[(_text(error_type), _text(error_code))] += _int(count)
+    health = []
+    for hook in all_hooks:
+        tally = tallies[hook.phid]
+        errors = sorted(
+            (ErrorCount(kind, code, count) for (kind, code), count in tally.errors.items()),
+            key=lambda error: (-error.count, error.error_type, error.error_code),
+        )
+        health.append(
+            HookHealth(
+                phid=hook.phid,
+                name=hook.name,
+                status=hook.status,
+                misconfigured=hook.misconfigured,
+                queued=tally.queued,
+                sent=tally.sent,
+                failed=tally.failed,
+                due=tally.due,
+                oldest_due_since=tally.oldest_due_since,
+                window_failures=tally.window_failures,
+                in_backoff=tally.window_failures >= config.error_threshold,
+                last_success=tally.last_success,
+                last_failed_attempt=tally.last_failed_attempt,
+                last_configuration_failure=tally.last_configuration_failure,
+                errors=tuple(errors),
+            )
+        )
+    return QueueHealth(
+        now=now,
+        hooks=tuple(health),
+        thresholds=lag_thresholds(config),
+        error_threshold=config.error_threshold,
+        error_window_sec=config.error_backoff_sec,
+    )
+
+
+# -- deliveries over time ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeliverySeries:
+    """Attempts per minute by their written result. A retried request shows only its latest attempt."""
+
+    start: int  # epoch of the first bucket
+    step: int
+    sent: tuple[int, ...]
+    failed: tuple[int, ...]
+
+    @property
+    def hours(self) -> int:
+        return len(self.sent) * self.step // 3600
+
+
+@_uncommitted_reads
+def delivery_series(hook_phids: Sequence[str], now: int, *, hours: int = CHART_HOURS) -> DeliverySeries:
+    buckets = hours * 3600 // CHART_STEP_SEC
+    first = now // CHART_STEP_SEC - buckets + 1
+    sent, failed = [0] * buckets, [0] * buckets
+    if hook_phids:
+        store = Store(PHORGE)
+        minute = "lastRequestEpoch DIV 60" if store.is_mysql else "lastRequestEpoch / 60"
+        where, params = _hook_filter(hook_phids)
+        rows = _fetch(
+            f"SELECT lastRequestResult, {minute} AS minute, COUNT(*) FROM {_requests(store)} "
+            f"WHERE {where} AND lastRequestResult IN ('okay', 'fail') AND lastRequestEpoch >= %(since)s "
+            "GROUP BY lastRequestResult, minute",
+            {**params, "since": first * CHART_STEP_SEC},
+        )
+        for result, bucket, count in rows:
+            index = _int(bucket) - first
+            if 0 <= index < buckets:
+                (sent if _text(result) == "okay" else failed)[index] += _int(count)
+    return DeliverySeries(first * CHART_STEP_SEC, CHART_STEP_SEC, tuple(sent), tuple(failed))
+
+
+# -- recent failures ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecentFailure:
+    id: int
+    phid: str
+    hook_phid: str
+    hook_name: str
+    status: str
+    last_result: str
+    failed_at: int
+    error_type: str
+    error_code: str
+
+
+RECENT_ATTEMPTS_SEC = 86400
+
+
+@_uncommitted_reads
+def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> list[RecentFailure]:
+    """The newest failures: failed attempts of the last day and configuration failures (hook errors).
+
+    Only hooks that the health counts say have such rows are read, so a healthy queue costs nothing
+    here; failed attempts come from a key_ratelimit range on lastRequestEpoch, hook errors (written
+    with lastRequestEpoch = 0 and the failure time in dateModified) from the failing hooks' `none` slice.
+    """
+    store = Store(PHORGE)
+    names = {hook.phid: hook.name for hook in health.hooks}
+    since = health.now - RECENT_ATTEMPTS_SEC
+    columns = (
+        f"SELECT id, phid, webhookPHID, status, lastRequestResult, dateModified, "
+        f"{_json_text(store, 'errorType')}, {_json_text(store, 'errorCode')} FROM {_requests(store)} "
+    )
+    rows: list[tuple[Any, ...]] = []
+    attempted = [h.phid for h in health.hooks if h.last_failed_attempt and h.last_failed_attempt >= since]
+    if attempted:
+        where, params = _hook_filter(attempted)
+        rows += _fetch(
+            f"{columns} WHERE {where} AND lastRequestResult = 'fail' AND lastRequestEpoch >= %(since)s "
+            "ORDER BY lastRequestEpoch DESC, id DESC LIMIT %(limit)s",
+            {**params, "since": since, "limit": limit},
+        )
+    misconfigured = [h.phid for h in health.hooks if h.last_configuration_failure]
+    if misconfigured:
+        where, params = _hook_filter(misconfigured)
+        rows += _fetch(
+            f"{columns} WHERE {where} AND lastRequestResult = 'none' AND lastRequestEpoch = 0 "
+            "AND status = 'failed' ORDER BY dateModified DESC, id DESC LIMIT %(limit)s",
+            {**params, "limit": limit},
+        )
+    rows.sort(key=lambda r: (_int(r[5]), _int(r[0])), reverse=True)
+    return [
+        RecentFailure(
+            id=_int(r[0]),
+            phid=_text(r[1]),
+            hook_phid=_text(r[2]),
+            hook_name=names.get(_text(r[2]), ""),
+            status=_text(r[3]),
+            last_result=_text(r[4]),
+            failed_at=_int(r[5]),
+            error_type=_text(r[6]),
+            error_code=_text(r[7]),
+        )
+        for r in rows[:limit]
+    ]
+
+
+# -- workers (heartbeats in Django's own database) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    worker_id: str
+    hostname: str
+    pid: int
+    started_at: datetime
+    last_seen: datetime
+    seen_ago_sec: int
+    alive: bool
+    max_concurrent: int
+    in_flight: int
+    tracked_queued: int
+    database_down_for_sec: float | None
+    stopping: bool
+    hooks_in_backoff: int
+    hooks_misconfigured: int
+    hooks_lock_busy: int
+    degraded: Mapping[str, int]  # cumulative counters of this process, by reason
+    counts: Mapping[str, int]
+
+    @property
+    def state(self) -> str:
+        if not self.alive:
+            return "stale"
+        if self.database_down_for_sec is not None:
+            return "database down"
+        return "stopping" if self.stopping else "ok"
+
+
+def _count_map(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(key): int(count) for key, count in value.items() if isinstance(count, int)}
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, (list, dict)) else 0
+
+
+def workers(now: datetime | None = None) -> list[WorkerStatus]:
+    """deliver_webhooks processes seen in the last day, newest first; alive = beat in the last 30 s."""
+    now = now or datetime.now(UTC)
+    result = []
+    for beat in WorkerHeartbeat.objects.filter(last_seen__gte=now - WORKERS_SHOWN_FOR)[:50]:
+        state = beat.state if isinstance(beat.state, dict) else {}
+        counts = _count_map(state.get("counts"))
+        down = state.get("database_down_for_sec")
+        result.append(
+            WorkerStatus(
+                worker_id=beat.worker_id,
+                hostname=beat.hostname,
+                pid=beat.pid,
+                started_at=beat.started_at,
+                last_seen=beat.last_seen,
+                seen_ago_sec=max(0, int((now - beat.last_seen).total_seconds())),
+                alive=now - beat.last_seen <= timedelta(seconds=WORKER_ALIVE_SEC),
+                max_concurrent=_int(state.get("max_concurrent")),
+                in_flight=_int(state.get("in_flight")),
+                tracked_queued=_int(state.get("tracked_queued")),
+                database_down_for_sec=float(down) if isinstance(down, (int, float)) else None,
+                stopping=bool(state.get("stopping")),
+                hooks_in_backoff=_size(state.get("hooks_in_backoff")),
+                hooks_misconfigured=_size(state.get("hooks_misconfigured")),
+                hooks_lock_busy=_size(state.get("hooks_lock_busy")),
+                degraded={k.removeprefix("degraded."): v for k, v in counts.items() if k.startswith("degraded.")},
+                counts=counts,
+            )
+        )
+    return result
+
+
+# -- Phorge's own PHP worker -------------------------------------------------------------------------
+
+
+class PhpDeliveryState(TypedDict, total=False):
+    """The shape of phorge_lookups.PhpWorkerGuard.state(); only `state` is required."""
+
+    state: Required[Literal["idle", "active", "unknown"]]
+    active_tasks: int | None
+    leased_tasks: int | None
+    recently_archived: int | None
+    detail: str
+
+
+@functools.cache
+def _php_guard(namespace: str) -> PhpWorkerGuard:
+    return PhpWorkerGuard(namespace)  # one per process, so its short cache spares the database
+
+
+def php_delivery_state() -> PhpDeliveryState:
+    """Whether Phorge's PHP HeraldWebhookWorker is delivering too (SPEC §6), from `<ns>_worker`.
+
+    Never raises: a missing grant or an unreachable database reads "unknown", never "idle".
+    """
+    try:
+        return cast(PhpDeliveryState, _php_guard(settings.GORGE_WEBHOOK.namespace).state())
+    except DatabaseError:
+        return {"state": "unknown", "detail": "Phorge's worker database is unreachable"}
+
+
+# -- readiness and the dashboard ---------------------------------------------------------------------
+
+
+def phorge_database_answers() -> None:
+    """Raises DatabaseError unless Phorge's herald database answers a trivial query."""
+    _fetch("SELECT 1", {})
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    health: QueueHealth
+    series: DeliverySeries
+    failures: list[RecentFailure]
+    workers: list[WorkerStatus]
+    php: PhpDeliveryState
+
+    @property
+    def alive_workers(self) -> int:
+        return sum(1 for worker in self.workers if worker.alive)
+
+    @property
+    def hooks_shown(self) -> list[HookHealth]:
+        """Hooks needing attention first, then the busiest; at most HOOKS_SHOWN rows on the page."""
+        order = {"backoff": 0, "failing": 1, "misconfigured": 2, "ok": 3, "disabled": 4}
+        ranked = sorted(self.health.hooks, key=lambda hook: (order[hook.state], -hook.due, -hook.queued, hook.name))
+        return ranked[:HOOKS_SHOWN]
+
+    @property
+    def hooks_hidden(self) -> int:
+        return max(0, len(self.health.hooks) - HOOKS_SHOWN)
+
+
+@_uncommitted_reads
+def dashboard(config: DeliveryConfig) -> Dashboard:
+    health = queue_health(config)
+    return Dashboard(
+        health=health,
+        series=delivery_series(health.hook_phids, health.now),
+        failures=recent_failures(health),
+        workers=workers(),
+        php=php_delivery_state(),
+    )

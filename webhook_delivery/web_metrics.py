@@ -1,0 +1,85 @@
+"""Prometheus metrics of the web process: the queue as Phorge's tables show it, computed at scrape time.
+
+The worker's own counters live in metrics.py and are served by `deliver_webhooks --metrics-port`; these
+gauges use a registry of their own so the two never mix. No per-hook labels, no URIs, no keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.db import DatabaseError
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from . import selectors
+
+logger = logging.getLogger(__name__)
+
+
+class QueueCollector:
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("gorge_webhook_queue_up", "1 when this scrape could read Phorge's herald tables.")
+        try:
+            health = selectors.queue_health(settings.GORGE_WEBHOOK)
+        except DatabaseError as exc:
+            logger.warning("metrics scrape: Phorge's herald database unavailable", extra={"error": type(exc).__name__})
+            up.add_metric([], 0)
+            yield up
+        else:
+            up.add_metric([], 1)
+            yield up
+            depth = GaugeMetricFamily(
+                "gorge_webhook_queue_requests", "Webhook requests retained by Phorge, by status.", labels=["status"]
+            )
+            for status, count in (("queued", health.queued), ("sent", health.sent), ("failed", health.failed)):
+                depth.add_metric([status], count)
+            yield depth
+            yield GaugeMetricFamily(
+                "gorge_webhook_queue_due_requests", "Queued requests due for delivery now.", value=health.due_now
+            )
+            yield GaugeMetricFamily(
+                "gorge_webhook_queue_held_requests",
+                "Due requests held back on purpose: their hook is in error backoff or has no HMAC key.",
+                value=health.due_held,
+            )
+            yield GaugeMetricFamily(
+                "gorge_webhook_queue_oldest_due_age_seconds",
+                "How long the oldest deliverable due request has waited (0 when none is due).",
+                value=health.oldest_due_age or 0,
+            )
+            yield GaugeMetricFamily(
+                "gorge_webhook_queue_hooks_in_backoff",
+                "Hooks in Phorge's error backoff (too many failed attempts in the window).",
+                value=health.hooks_in_backoff,
+            )
+            yield GaugeMetricFamily(
+                "gorge_webhook_queue_hooks_misconfigured",
+                "Hooks with an empty HMAC key: their requests stay queued.",
+                value=health.hooks_misconfigured,
+            )
+        try:
+            alive = sum(1 for worker in selectors.workers() if worker.alive)
+        except DatabaseError:
+            pass
+        else:
+            yield GaugeMetricFamily(
+                "gorge_webhook_workers_alive",
+                f"deliver_webhooks processes with a heartbeat in the last {selectors.WORKER_ALIVE_SEC} s.",
+                value=alive,
+            )
+        php = GaugeMetricFamily(
+            "gorge_webhook_php_delivery",
+            "1 for the current state of Phorge's own PHP webhook worker (active means two deliverers).",
+            labels=["state"],
+        )
+        current = selectors.php_delivery_state()["state"]
+        for state in ("idle", "active", "unknown"):
+            php.add_metric([state], 1 if state == current else 0)
+        yield php
+
+
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(QueueCollector())
