@@ -115,6 +115,8 @@ DATABASES = {
     "phorge": _database(_loaded.phorge_database_url, "GORGE_WEBHOOK_DATABASE_URL"),
 }
 DATABASES["phorge"]["TEST"] = {"NAME": DATABASES["phorge"].get("NAME")}
+# Reuse connections (per thread in the worker), but recycle them every minute so none goes stale.
+DATABASES["phorge"]["CONN_MAX_AGE"] = 60
 DATABASE_ROUTERS = ["gorge_site.routers.PhorgeRouter"]
 MIGRATION_MODULES = {"webhook_delivery": None}
 

@@ -23,6 +23,7 @@ from .store import RequestRow, Store, is_due, next_due
 SCAN_BATCH = 1000
 FETCH_BATCH = 500
 GAP_SETTLE_SEC = 120.0
+STARTUP_GAP_WINDOW = 100
 SWEEP_INTERVAL_SEC = 600.0
 PROPERTIES_CACHE_ROWS = 4096
 
@@ -51,8 +52,8 @@ class QueueTracker:
     def start(self) -> None:
         self.frontier = self.store.max_request_id()
         # Inserts still uncommitted right now sit in holes just below the frontier: watch those ids.
-        present = set(self.store.ids_between(self.frontier - SCAN_BATCH, self.frontier))
-        for missing in range(max(1, self.frontier - SCAN_BATCH + 1), self.frontier):
+        present = set(self.store.ids_between(self.frontier - STARTUP_GAP_WINDOW, self.frontier))
+        for missing in range(max(1, self.frontier - STARTUP_GAP_WINDOW + 1), self.frontier):
             if missing not in present:
                 self.gaps[missing] = time.monotonic()
         self._sweep()
@@ -118,7 +119,7 @@ class QueueTracker:
     def _recheck_gaps(self) -> None:
         if not self.gaps:
             return
-        ids = sorted(self.gaps)[:FETCH_BATCH]
+        ids = sorted(self.gaps, reverse=True)[:FETCH_BATCH]  # the newest holes are the likely late commits
         rows, now = self.store.fetch(ids)
         self._saw_clock(now)
         for row in rows:

@@ -221,6 +221,7 @@ class Worker:
     def _poll_and_schedule(self, pool: ThreadPoolExecutor, running: dict[Future[JobResult], Job]) -> tuple[bool, bool]:
         free = self.max_concurrent - len(running)
         try:
+            connections[self.store.alias].close_if_unusable_or_obsolete()
             due, more = self.tracker.poll(self._schedulable)
             if due and free > 0:
                 self.hooks = self.store.hooks()
