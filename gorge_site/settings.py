@@ -160,6 +160,8 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = _behind_tls
 SECURE_HSTS_PRELOAD = False
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# HSTS preload would commit the whole domain to browsers' preload lists: the site owner's call, not ours.
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 LOG_LEVEL = (os.environ.get("LOG_LEVEL", "") or "INFO").strip().upper()
 if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:

@@ -14,4 +14,4 @@ from gorge_site.settings import *  # noqa: F403
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Tests render pages without running collectstatic first.
 STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
-warnings.filterwarnings("ignore", message="No directory at", module="whitenoise.base")
+warnings.filterwarnings("ignore", message="No directory at")  # no collectstatic in tests

@@ -141,7 +141,7 @@ class Store:
 
     def db_now(self) -> int:
         with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT {self.now_sql}")
+            cursor.execute(f"SELECT {self.now_sql}", ())  # with params, so '%%' becomes '%' on SQLite too
             return int(cursor.fetchone()[0])
 
     def max_request_id(self) -> int:

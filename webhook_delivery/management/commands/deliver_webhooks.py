@@ -35,11 +35,8 @@ class Command(BaseCommand):
         parser.add_argument("--max-concurrent", type=_positive, help="deliveries in flight per process")
         parser.add_argument("--poll-interval-ms", type=_positive, help="idle poll period in milliseconds")
         parser.add_argument("--metrics-port", type=_port, help="serve Prometheus metrics on this port")
-        parser.add_argument(  # all interfaces by default: Prometheus scrapes containers from outside
-            "--metrics-addr",
-            default="0.0.0.0",
-            help="address for --metrics-port",  # noqa: S104
-        )
+        # All interfaces by default: Prometheus scrapes containers from outside. Metrics hold no secrets.
+        parser.add_argument("--metrics-addr", default="0.0.0.0", help="address for --metrics-port")  # noqa: S104
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbosity = int(options["verbosity"])

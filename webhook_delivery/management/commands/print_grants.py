@@ -11,6 +11,7 @@ from webhook_delivery.phorge_lookups import grants_sql
 
 
 class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # printing SQL needs no valid runtime configuration
     help = "Print the MariaDB/MySQL GRANT statements for gorge-webhook's user, one comment per optional grant."
 
     def add_arguments(self, parser: CommandParser) -> None:

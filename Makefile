@@ -1,0 +1,21 @@
+# Two commands for a newcomer: `make demo` and `make test`. The logic lives in scripts/.
+.DEFAULT_GOAL := help
+.PHONY: help venv demo test lint
+
+help:
+	@echo "make demo   deliver demo webhooks on SQLite to a local receiver, then serve the dashboard"
+	@echo "            (DEMO_SERVE=0: check the dashboard once and exit; DEMO_PORT=8000)"
+	@echo "make test   lint, then the whole test suite against MariaDB (PYTEST_ARGS=..., GORGE_TEST_DB=...)"
+	@echo "make lint   ruff, ruff format --check, mypy, makemigrations --check, manage.py check"
+
+venv:
+	@scripts/bootstrap.sh
+
+demo:
+	@scripts/demo.sh
+
+test:
+	@scripts/test.sh
+
+lint: venv
+	@scripts/lint.sh

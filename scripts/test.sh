@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# make test: dependencies, the lint gate, then the whole pytest suite against a real MariaDB/MySQL
+# (scripts/with-test-db.sh finds or starts one). PYTEST_ARGS adds pytest arguments, e.g. "-k golden -x".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/bootstrap.sh --browser
+scripts/lint.sh
+# shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+scripts/with-test-db.sh "${VENV:-.venv}/bin/python" -m pytest ${PYTEST_ARGS:-}

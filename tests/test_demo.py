@@ -1,0 +1,156 @@
+"""`make demo` works in a fresh copy of the checkout, twice, and says what really happened.
+
+The demo runs the real `deliver_webhooks --once` against SQLite; these tests read its summary, check it
+against the demo database itself, and check the pieces it is made of (the DDL translation, the blacklist).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.test_readme import readme_setup_commands
+from webhook_delivery.config import default_blacklist
+from webhook_delivery.demo.runner import demo_blacklist
+from webhook_delivery.demo.sqlite_schema import UnsupportedDDLError, translate
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = (ROOT / "tests/fixtures/schema.sql").read_text()
+NOT_COPIED = shutil.ignore_patterns(
+    ".git", ".venv", "var", "staticfiles", "__pycache__", "*.pyc", "*.sqlite3", ".env", ".*_cache", "bench-results"
+)
+EXPECTED = {
+    "requests": 7,
+    "delivered": 4,
+    "failed": 3,
+    "queued": 0,
+    "retried": 1,
+    "failures": {"hook/disabled": 1, "hook/uri": 1, "http/500": 1},
+    "receiver_calls": 6,
+    "signatures_valid": 6,
+    "signatures_invalid": 0,
+    "page_status": 200,
+}
+
+
+def mariadb_columns(table: str) -> list[tuple[str, bool]]:
+    body = SCHEMA.split(f"CREATE TABLE `{table}` (", 1)[1].split("\n)", 1)[0]
+    return [(line.split("`")[1], "NOT NULL" in line) for line in body.splitlines() if line.strip().startswith("`")]
+
+
+def sqlite_with_phorge_tables() -> sqlite3.Connection:
+    connection = sqlite3.connect(":memory:")
+    for statement in translate(SCHEMA):
+        connection.execute(statement)
+    return connection
+
+
+def test_translated_tables_have_phorges_columns_in_order() -> None:
+    connection = sqlite_with_phorge_tables()
+    for table in ("herald_webhook", "herald_webhookrequest"):
+        info = connection.execute(f"PRAGMA table_info({table})").fetchall()
+        assert [(row[1], bool(row[3]) or bool(row[5])) for row in info] == mariadb_columns(table)
+
+
+def test_translated_tables_keep_phorges_keys_and_limits() -> None:
+    connection = sqlite_with_phorge_tables()
+    indexes = {row[1]: row[2] for row in connection.execute("PRAGMA index_list(herald_webhookrequest)")}
+    assert indexes == {
+        "herald_webhookrequest_key_phid": 1,
+        "herald_webhookrequest_key_ratelimit": 0,
+        "herald_webhookrequest_key_collect": 0,
+    }
+    row = ("PHID-HWBR-a", "PHID-HWBH-a", "PHID-TASK-a", "queued", "{}", "none", 0, 1, 1)
+    insert = (
+        "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, lastRequestResult, "
+        "lastRequestEpoch, dateCreated, dateModified) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    connection.execute(insert, row)
+    for broken in (
+        row,  # duplicate phid (key_phid is unique)
+        ("PHID-HWBR-b", *row[1:6], -1, 1, 1),  # int(10) unsigned
+        ("PHID-HWBR-c", *row[1:3], "q" * 33, *row[4:]),  # varchar(32)
+        ("PHID-HWBR-d", None, *row[2:]),  # NOT NULL
+    ):
+        with pytest.raises(sqlite3.IntegrityError):
+            connection.execute(insert, broken)
+    assert connection.execute("SELECT id FROM herald_webhookrequest").fetchall() == [(1,)]
+
+
+def test_translation_refuses_what_it_does_not_know() -> None:
+    with pytest.raises(UnsupportedDDLError):
+        translate("CREATE TABLE `t` (\n  `doc` json NOT NULL\n) ENGINE=InnoDB;")
+    with pytest.raises(UnsupportedDDLError):
+        translate("nothing to see")
+
+
+def test_demo_blacklist_is_phorges_default_without_loopback() -> None:
+    networks = [ipaddress.ip_network(n) for n in demo_blacklist()]
+    assert ipaddress.ip_network("127.0.0.0/8") not in networks
+    assert ipaddress.ip_network("169.254.0.0/16") in networks
+    assert set(default_blacklist()) - set(networks) == {ipaddress.ip_network("127.0.0.0/8")}
+
+
+def fresh_checkout(tmp_path: Path) -> Path:
+    """The project as a new clone would have it, sharing this run's virtualenv (no reinstall)."""
+    if sys.prefix == sys.base_prefix:
+        pytest.fail("run the tests from the project's virtualenv (make test), the demo reuses it")
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT, copy, ignore=NOT_COPIED, symlinks=True)
+    (copy / ".venv").symlink_to(Path(sys.prefix))
+    return copy
+
+
+def run_demo(checkout: Path) -> subprocess.CompletedProcess[str]:
+    demo_command, _ = readme_setup_commands()
+    env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG", "TMPDIR") if key in os.environ}
+    env["DEMO_SERVE"] = "0"
+    return subprocess.run(
+        demo_command.split(), cwd=checkout, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def demo_result(output: str) -> dict[str, object]:
+    lines = [line for line in output.splitlines() if line.startswith("demo result: ")]
+    assert len(lines) == 1, output
+    result: dict[str, object] = json.loads(lines[0].removeprefix("demo result: "))
+    return result
+
+
+def test_make_demo_in_a_fresh_checkout(tmp_path: Path) -> None:
+    checkout = fresh_checkout(tmp_path)
+    for run in (1, 2):  # the second run starts again from nothing
+        completed = run_demo(checkout)
+        output = completed.stdout + completed.stderr
+        assert completed.returncode == 0, output
+        assert demo_result(output) == EXPECTED, f"run {run}:\n{output}"
+
+    assert "python manage.py deliver_webhooks --once" in output
+    assert "pass 2 (after the retry backoff)" in output
+    login = [line for line in output.splitlines() if "staff user 'demo' created with password " in line]
+    assert len(login) == 1 and len(login[0].rsplit(" ", 1)[1]) >= 12
+    answered = [line for line in output.splitlines() if line.startswith("The dashboard answered: ")]
+    assert len(answered) == 1 and " HTTP 200 " in answered[0]
+
+    herald = sqlite3.connect(checkout / "var/demo/phabricator_herald.sqlite3")
+    rows = herald.execute("SELECT status, lastRequestResult, properties FROM herald_webhookrequest").fetchall()
+    assert Counter((status, result) for status, result, _ in rows) == {
+        ("sent", "okay"): 4,
+        ("failed", "fail"): 1,
+        ("failed", "none"): 2,
+    }
+    for _status, _result, properties in rows:
+        assert json.loads(properties)["errorType"] in {"http", "hook"}
+    for uri, key in herald.execute("SELECT webhookURI, hmacKey FROM herald_webhook"):
+        assert uri not in output and key not in output, "a hook URI or HMAC key reached the terminal"
+    site = sqlite3.connect(checkout / "var/demo/site.sqlite3")
+    assert site.execute("SELECT username, is_staff FROM auth_user").fetchall() == [("demo", 1)]

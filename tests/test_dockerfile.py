@@ -1,0 +1,315 @@
+"""The container image, checked without a Docker engine: the Dockerfile parsed and linted, and its web
+command and HEALTHCHECK run for real against the production settings."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.conftest import PHORGE_DB, Phorge, worker_env
+from tests.test_readme import README, environment_variables
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET_WORDS = ("SECRET", "PASS", "TOKEN", "KEY")
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [args for instruction, args in self.instructions if instruction == keyword]
+
+
+def parse_dockerfile(text: str) -> tuple[dict[str, str], list[Stage]]:
+    """Global ARG defaults and the stages, each a list of (INSTRUCTION, arguments) with continuations joined."""
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        if not pending and (not raw.strip() or raw.lstrip().startswith("#")):
+            continue
+        if raw.lstrip().startswith("#"):
+            continue
+        pending += raw.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        logical.append(re.sub(r"\s+", " ", pending.strip()))
+        pending = ""
+    global_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in logical:
+        instruction, _, args = line.partition(" ")
+        instruction = instruction.upper()
+        if instruction == "FROM":
+            match = re.fullmatch(r"(\S+)(?: AS (\S+))?", args, re.IGNORECASE)
+            assert match, line
+            stages.append(Stage(match[1], match[2] or str(len(stages))))
+        elif not stages:
+            assert instruction == "ARG", f"only ARG may precede the first FROM: {line}"
+            name, _, default = args.partition("=")
+            global_args[name] = default
+        else:
+            stages[-1].instructions.append((instruction, args))
+    return global_args, stages
+
+
+GLOBAL_ARGS, STAGES = parse_dockerfile((ROOT / "Dockerfile").read_text())
+FINAL = STAGES[-1]
+
+
+def exec_form(args: str) -> list[str]:
+    value = json.loads(args)
+    assert isinstance(value, list) and value and all(isinstance(v, str) for v in value), args
+    return value
+
+
+def healthcheck_command() -> list[str]:
+    (args,) = FINAL.all("HEALTHCHECK")
+    options, _, command = args.partition("CMD ")
+    assert "--timeout=" in options and "--interval=" in options
+    return exec_form(command)
+
+
+def env_pairs(stage: Stage) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for args in stage.all("ENV"):
+        for key, value in re.findall(r"(\w+)=(\S+)", args):
+            pairs[key] = value
+    return pairs
+
+
+def apt_packages(stage: Stage) -> set[str]:
+    packages: set[str] = set()
+    for run in stage.all("RUN"):
+        for command in run.split("&&"):
+            if "apt-get install" in command:
+                packages.update(word for word in command.split()[2:] if not word.startswith("-") and word != "install")
+    return packages
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The documented production environment: DEBUG unset, a long random key, real host names."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("GORGE_", "DJANGO_", "DEBUG"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="gorge_site.settings",
+        GORGE_ENV_FILE="/dev/null",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="webhooks.example.org",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'site.sqlite3'}",
+    )
+    env.update(extra)
+    return env
+
+
+def wait_for_http(url: str, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"the process exited with {process.returncode}"
+        try:
+            urllib.request.urlopen(url, timeout=2).close()  # noqa: S310 - http on loopback
+            return
+        except urllib.error.HTTPError:
+            return  # it answers; the status is the test's business
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"nothing answered at {url}")
+
+
+def test_multi_stage_build_on_python_311_slim() -> None:
+    assert len(STAGES) >= 2
+    assert re.fullmatch(r"python:3\.11-slim(-bookworm)?", GLOBAL_ARGS.get("PYTHON_IMAGE", ""))
+    assert all(stage.base == "${PYTHON_IMAGE}" for stage in STAGES)
+    builder = next(stage for stage in STAGES if stage.name == "builder")
+    assert {"libmariadb-dev", "pkg-config", "build-essential"} <= apt_packages(builder)
+    assert any("pip wheel" in run for run in builder.all("RUN"))
+    assert apt_packages(FINAL) == {"libmariadb3", "ca-certificates"}
+    assert any("from=builder" in run for run in FINAL.all("RUN")) or any(
+        "--from=builder" in copy for copy in FINAL.all("COPY")
+    ), "the runtime stage must take the wheels built in the builder"
+
+
+def test_final_stage_runs_as_an_unprivileged_user() -> None:
+    keywords = [instruction for instruction, _ in FINAL.instructions]
+    users = FINAL.all("USER")
+    assert users, "the final stage has no USER"
+    user = users[-1].split(":")[0]
+    assert user not in {"root", "0"}
+    assert keywords.index("CMD") > len(keywords) - 1 - keywords[::-1].index("USER")
+
+
+def test_cmd_and_entrypoint_are_exec_form() -> None:
+    commands = FINAL.all("CMD") + FINAL.all("ENTRYPOINT")
+    assert commands
+    for args in commands:
+        exec_form(args)
+    (cmd,) = FINAL.all("CMD")
+    assert exec_form(cmd)[:2] == ["gunicorn", "gorge_site.wsgi:application"]
+
+
+def test_healthcheck_calls_healthz_with_python() -> None:
+    command = healthcheck_command()
+    assert command[:2] == ["python", "-c"] and "urllib" in command[2]
+    assert env_pairs(FINAL)["GORGE_HEALTHCHECK_URL"] == "http://127.0.0.1:8000/healthz"
+
+
+def test_no_secret_in_the_image_environment() -> None:
+    for stage in STAGES:
+        for key in env_pairs(stage):
+            assert not any(word in key.upper() for word in SECRET_WORDS), f"ENV {key} in stage {stage.name}"
+    secret_args = [args for args in FINAL.all("ARG") if any(word in args.upper() for word in SECRET_WORDS)]
+    for arg in secret_args:
+        name = arg.split("=", 1)[0]
+        users = [run for run in FINAL.all("RUN") if name in run]
+        assert users and all("collectstatic" in run for run in users), f"ARG {name} may only feed collectstatic"
+
+
+def test_static_files_are_collected_at_build_time() -> None:
+    runs = FINAL.all("RUN")
+    collect = [run for run in runs if "manage.py collectstatic --noinput" in run]
+    assert len(collect) == 1
+    assert re.search(r"SECRET_KEY=\"\$\{\w+\}\"", collect[0]), "collectstatic gets its throwaway key inline"
+
+
+def test_copied_sources_exist_and_reach_the_build_context() -> None:
+    ignored = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for stage in STAGES:
+        for args in stage.all("COPY"):
+            if args.startswith("--from"):
+                continue
+            *sources, _destination = args.split()
+            for source in sources:
+                path = source.rstrip("/")
+                assert (ROOT / path).exists(), f"COPY {source}: no such file in the project"
+                excluded = [p for p in ignored if not p.startswith("!") and fnmatch.fnmatch(path, p)]
+                assert not excluded, f"COPY {source} is excluded by .dockerignore ({excluded})"
+
+
+def test_dockerignore_keeps_local_state_and_secrets_out() -> None:
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert {".venv", ".git", "var", "*.sqlite3", ".env"} <= ignored
+
+
+def test_hadolint_passes() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    assert hadolint.is_file(), "hadolint is missing: it comes with requirements-dev.txt (make test installs it)"
+    result = subprocess.run([str(hadolint), "--no-color", "Dockerfile"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+def test_image_web_command_and_healthcheck_work_with_production_settings(tmp_path: Path) -> None:
+    port = free_port()
+    command = [arg.replace("0.0.0.0:8000", f"127.0.0.1:{port}") for arg in exec_form(FINAL.all("CMD")[0])]
+    command[0] = str(Path(sys.executable).parent / command[0])
+    env = production_env(tmp_path, WEB_CONCURRENCY="1")
+    web = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/healthz", web)
+        probe = healthcheck_command()
+        probe[0] = sys.executable
+        healthy = subprocess.run(probe, env={**env, "GORGE_HEALTHCHECK_URL": f"http://127.0.0.1:{port}/healthz"})
+        assert healthy.returncode == 0
+        wrong_host = subprocess.run(
+            probe,
+            env={**env, "ALLOWED_HOSTS": "", "GORGE_HEALTHCHECK_URL": f"http://127.0.0.1:{port}/healthz"},
+            capture_output=True,
+        )
+        assert wrong_host.returncode != 0, "a rejected Host header must make the check fail"
+    finally:
+        web.send_signal(signal.SIGTERM)
+        web.communicate(timeout=30)
+    down = subprocess.run(
+        probe, env={**env, "GORGE_HEALTHCHECK_URL": f"http://127.0.0.1:{port}/healthz"}, capture_output=True
+    )
+    assert down.returncode != 0, "the check must fail when nothing answers"
+
+
+def test_access_log_leaves_out_query_strings(tmp_path: Path) -> None:
+    port = free_port()
+    command = [arg.replace("0.0.0.0:8000", f"127.0.0.1:{port}") for arg in exec_form(FINAL.all("CMD")[0])]
+    command[0] = str(Path(sys.executable).parent / command[0])
+    env = production_env(tmp_path, WEB_CONCURRENCY="1", GORGE_SERVICE_TOKEN="t0ken-" + secrets.token_hex(8))
+    web = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/healthz", web)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/healthz?token={env['GORGE_SERVICE_TOKEN']}",
+            headers={"Host": "webhooks.example.org"},
+        )
+        urllib.request.urlopen(request, timeout=5).close()  # noqa: S310 - http on loopback
+    finally:
+        web.send_signal(signal.SIGTERM)
+        out, _err = web.communicate(timeout=30)
+    log = out.decode()
+    assert '"GET /healthz" 200' in log
+    assert env["GORGE_SERVICE_TOKEN"] not in log and "token=" not in log
+
+
+@PHORGE_DB
+def test_worker_command_and_its_healthcheck(phorge: Phorge, tmp_path: Path) -> None:
+    port = free_port()
+    env = worker_env(
+        DJANGO_SETTINGS_MODULE="gorge_site.settings",
+        GORGE_ENV_FILE="/dev/null",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'site.sqlite3'}",
+        GORGE_HEALTHCHECK_URL=f"http://127.0.0.1:{port}/metrics",
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "deliver_webhooks", "--metrics-port", str(port), "--metrics-addr", "127.0.0.1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/metrics", worker)
+        probe = healthcheck_command()
+        probe[0] = sys.executable
+        assert subprocess.run(probe, env=env).returncode == 0
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _out, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err.decode()[-2000:]
+
+
+def test_compose_example_matches_the_image_and_the_settings() -> None:
+    compose = re.sub(r"(^|\s)#.*$", "", (ROOT / "docs/compose.example.yml").read_text(), flags=re.MULTILINE)
+    assert "service_healthy" not in compose, "the herald database only exists after Phorge's storage upgrade"
+    assert re.search(r"depends_on:\n\s+db:\n\s+condition: service_started", compose)
+    assert '["python", "manage.py", "deliver_webhooks", "--metrics-port", "9100"]' in compose
+    assert re.search(r"replicas: 2", compose)
+    tag = re.search(r"docker build -t (\S+) \.", README)
+    assert tag and f"image: {tag[1]}" in compose
+    known = environment_variables() | {"GORGE_HEALTHCHECK_URL"}
+    ours = set(
+        re.findall(
+            r"^\s+((?:GORGE|DJANGO)_[A-Z0-9_]+|SECRET_KEY|ALLOWED_HOSTS|CSRF_TRUSTED_ORIGINS|DATABASE_URL|LOG_[A-Z]+):",
+            compose,
+            re.MULTILINE,
+        )
+    )
+    assert ours and ours <= known, f"compose sets unknown variables: {ours - known}"
