@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import threading
 import time
 from collections import Counter
@@ -276,3 +277,30 @@ def test_old_rows_below_the_frontier_and_late_commits_are_found(phorge: Phorge, 
             worker.stop()
             thread.join(30)
         assert len(receiver.requests) == 3
+
+
+def test_breaker_entry_and_exit_are_logged_once_each(
+    phorge: Phorge, delivery_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Receiver() as receiver:
+        broken = phorge.hook(receiver.url("/broken/s500"))
+        for _ in range(6):
+            phorge.request(broken, retry="forever")
+        config = dataclasses.replace(
+            delivery_config, error_threshold=2, error_backoff_sec=2, retry_backoff_sec=30, poll_interval_ms=20
+        )
+        caplog.set_level(logging.INFO, logger="webhook_delivery")
+
+        def messages(text: str) -> int:
+            return sum(1 for record in caplog.records if record.getMessage() == text)
+
+        run_until(config, lambda: messages("hook left error backoff") >= 1, timeout=15)
+        transitions = [
+            record.getMessage()[:10]
+            for record in caplog.records
+            if record.getMessage().startswith(("hook entered error backoff", "hook left error backoff"))
+        ]
+        # About a hundred polls passed while the hook was in backoff: one line per change of state, no more.
+        assert transitions[:2] == ["hook enter", "hook left "]
+        assert all(a != b for a, b in itertools.pairwise(transitions))
+        assert len(receiver.requests) >= 3  # delivery resumed after the window

@@ -56,6 +56,7 @@ class JobResult:
     retry: list[RequestRow] = field(default_factory=list)
     recheck: list[int] = field(default_factory=list)
     lock_busy: bool = False
+    breaker_closed: bool = False
     backoff_until: int | None = None
     database_error: bool = False
 
@@ -273,6 +274,9 @@ class Worker:
             metrics.LOCK_BUSY.inc()
             self.count("lock_busy")
             self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC
+        if result.breaker_closed and job.hook_phid in self.backoff_until:
+            del self.backoff_until[job.hook_phid]
+            logger.info("hook left error backoff", extra={"hook": job.hook_phid})
         if result.backoff_until is not None:
             metrics.BREAKER_SKIPS.inc()
             self.count("breaker_skips")
@@ -282,9 +286,6 @@ class Worker:
                     extra={"hook": job.hook_phid, "until_epoch": result.backoff_until},
                 )
             self.backoff_until[job.hook_phid] = result.backoff_until
-        elif job.hook_phid in self.backoff_until and not result.lock_busy and not result.database_error:
-            del self.backoff_until[job.hook_phid]
-            logger.info("hook left error backoff", extra={"hook": job.hook_phid})
         metrics.HOOKS_IN_BACKOFF.set(len(self.backoff_until))
         if result.database_error:
             self._database_failed()
@@ -334,6 +335,7 @@ class Worker:
             try:
                 if self._in_backoff(job.hook_phid, result):
                     return result
+                result.breaker_closed = True
                 for row in job.rows:
                     if self.stopping.is_set():
                         break
