@@ -9,7 +9,7 @@ import secrets
 import string
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import MySQLdb
 import pytest
@@ -17,6 +17,10 @@ from django.conf import settings
 from django.db import connections
 
 from tests.receiver import Receiver
+from webhook_delivery.store import RequestRow
+
+if TYPE_CHECKING:
+    from tests.phorge_app_db import AppDatabases
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PHID_ALPHABET = string.ascii_lowercase + "234567"
@@ -190,11 +194,42 @@ class Phorge:
             for name, value in zip(names, values, strict=True)
         }
 
+    def snapshot(self, phid: str) -> RequestRow:
+        return as_request_row(self.row(phid))
+
     def rows(self) -> list[dict[str, Any]]:
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT phid FROM herald_webhookrequest ORDER BY id")
             phids = [p.decode() if isinstance(p, bytes) else p for (p,) in cursor.fetchall()]
         return [self.row(p) for p in phids]
+
+
+def as_request_row(row: dict[str, Any]) -> RequestRow:
+    """A herald_webhookrequest row (as Phorge.row() returns it) as the worker reads it."""
+    return RequestRow(
+        id=row["id"],
+        phid=row["phid"],
+        webhook_phid=row["webhookPHID"],
+        object_phid=row["objectPHID"],
+        status=row["status"],
+        last_result=row["lastRequestResult"],
+        last_epoch=row["lastRequestEpoch"],
+        date_created=row["dateCreated"],
+        date_modified=row["dateModified"],
+        properties=row["properties"],
+    )
+
+
+@pytest.fixture
+def app_databases() -> Iterator[AppDatabases]:
+    """Phorge's other databases (`<namespace>_<app>`), created on demand and dropped afterwards."""
+    from tests.phorge_app_db import AppDatabases  # it imports this module's PHID helpers
+
+    admin = mysql_admin()
+    databases = AppDatabases(admin, settings.GORGE_WEBHOOK.namespace)
+    yield databases
+    databases.drop()
+    admin.close()
 
 
 PHORGE_DB = pytest.mark.django_db(transaction=True, databases=["default", "phorge"])

@@ -11,10 +11,10 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.conftest import PHORGE_DB, Phorge, as_request_row
 from tests.ui_helpers import full_scans, properties, seed_bulk, seed_contract
 from webhook_delivery import selectors
-from webhook_delivery.store import RequestRow, is_due, next_due
+from webhook_delivery.store import is_due, next_due
 
 pytestmark = [PHORGE_DB]
 
@@ -123,17 +123,7 @@ def test_due_counts_and_ages_follow_the_worker_rule(phorge: Phorge) -> None:
     health = selectors.queue_health(config)
     for hook in health.hooks:
         (row,) = [r for r in phorge.rows() if r["webhookPHID"] == hook.phid]
-        snapshot = RequestRow(
-            row["id"],
-            row["phid"],
-            row["webhookPHID"],
-            row["objectPHID"],
-            row["status"],
-            row["lastRequestResult"],
-            row["lastRequestEpoch"],
-            row["dateCreated"],
-            row["dateModified"],
-        )
+        snapshot = as_request_row(row)
         due = is_due(snapshot, health.now, lease, retry)
         assert hook.due == int(due), row
         expected = (next_due(snapshot, lease, retry) or snapshot.date_created) if due else None

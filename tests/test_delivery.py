@@ -41,27 +41,11 @@ def run_until(config: Any, done: Callable[[], bool], *, timeout: float = 20.0, *
     return worker
 
 
-def _snapshot(phorge: Phorge, phid: str) -> RequestRow:
-    row = phorge.row(phid)
-    return RequestRow(
-        id=row["id"],
-        phid=row["phid"],
-        webhook_phid=row["webhookPHID"],
-        object_phid=row["objectPHID"],
-        status=row["status"],
-        last_result=row["lastRequestResult"],
-        last_epoch=row["lastRequestEpoch"],
-        date_created=row["dateCreated"],
-        date_modified=row["dateModified"],
-        properties=row["properties"],
-    )
-
-
 def test_concurrent_claims_of_one_snapshot_have_exactly_one_winner(phorge: Phorge) -> None:
     hook = phorge.hook("http://127.0.0.1:9/x/ok")
     phids = [phorge.request(hook) for _ in range(15)]
     for phid in phids:
-        snapshot = _snapshot(phorge, phid)
+        snapshot = phorge.snapshot(phid)
         barrier = threading.Barrier(4)
         wins: list[int | None] = []
 
@@ -83,19 +67,19 @@ def test_same_second_claims_advance_the_version_and_a_lost_claim_writes_nothing(
     hook = phorge.hook("http://127.0.0.1:9/x/ok")
     phid = phorge.request(hook)
     store = Store()
-    first = store.claim(_snapshot(phorge, phid), lease=60, retry_backoff=300)
+    first = store.claim(phorge.snapshot(phid), lease=60, retry_backoff=300)
     assert first is not None
-    assert store.claim(_snapshot(phorge, phid), lease=60, retry_backoff=300) is None  # under a live lease
+    assert store.claim(phorge.snapshot(phid), lease=60, retry_backoff=300) is None  # under a live lease
     # A lease that has already run out (negative lease) lets a second claimer in within the same second.
-    second = store.claim(_snapshot(phorge, phid), lease=-5, retry_backoff=300)
+    second = store.claim(phorge.snapshot(phid), lease=-5, retry_backoff=300)
     assert second is not None and second > first
     lost = store.write_outcome(
-        _snapshot(phorge, phid).id, first, status="sent", result="okay", attempted=True, properties="{}"
+        phorge.snapshot(phid).id, first, status="sent", result="okay", attempted=True, properties="{}"
     )
     assert lost is None
     assert phorge.row(phid)["status"] == "queued"
     won = store.write_outcome(
-        _snapshot(phorge, phid).id, second, status="sent", result="okay", attempted=True, properties=None
+        phorge.snapshot(phid).id, second, status="sent", result="okay", attempted=True, properties=None
     )
     assert won is not None
     assert phorge.row(phid)["status"] == "sent"

@@ -6,14 +6,12 @@ import base64
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 
-from tests.conftest import PHORGE_DB, Phorge, mysql_admin
+from tests.conftest import PHORGE_DB, Phorge
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery.config import default_blacklist
@@ -25,15 +23,6 @@ CASES = [json.loads(line) for line in (Path(__file__).parent / "fixtures/golden/
 # Cases that need Phorge's other databases: the object's application tables, or its config table.
 NEEDS_PHORGE_LOOKUPS = {"missing_object": "maniphest", "silent_mode_config": "config"}
 TIME_COLUMNS = {"dateModified", "lastRequestEpoch"}
-
-
-@pytest.fixture
-def app_databases() -> Iterator[AppDatabases]:
-    admin = mysql_admin()
-    databases = AppDatabases(admin, settings.GORGE_WEBHOOK.namespace)
-    yield databases
-    databases.drop()
-    admin.close()
 
 
 def _phorge_side(case: dict[str, Any], databases: AppDatabases) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.conftest import PHORGE_DB, Phorge, mysql_admin
+from tests.conftest import PHORGE_DB, Phorge
 from tests.phorge_app_db import AppDatabases
 from webhook_delivery import selectors
 from webhook_delivery.worker import Worker
@@ -21,12 +21,8 @@ TOKEN = "handover-t0ken"
 
 
 @pytest.fixture
-def worker_db() -> Iterator[AppDatabases]:
-    admin = mysql_admin()
-    databases = AppDatabases(admin, settings.GORGE_WEBHOOK.namespace)
-    yield databases
-    databases.drop()
-    admin.close()
+def worker_db(app_databases: AppDatabases) -> Iterator[AppDatabases]:
+    yield app_databases
     selectors._php_guard.cache_clear()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -19,10 +20,10 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from tests.conftest import PHORGE_DB, Phorge, mysql_admin, random_phid, worker_env
+from tests.conftest import PHORGE_DB, Phorge, as_request_row, mysql_admin, random_phid, worker_env
 from tests.receiver import Receiver
 from webhook_delivery.locks import webhook_lock_name
-from webhook_delivery.store import RequestRow, is_due
+from webhook_delivery.store import is_due
 
 pytestmark = [PHORGE_DB, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,61 +169,53 @@ def test_four_processes_deliver_2000_requests_exactly_once(
 def test_kill_9_loses_nothing_and_duplicates_only_what_was_answered(
     phorge: Phorge, workers: Callable[..., WorkerProcess]
 ) -> None:
-    lock_connection = mysql_admin(settings.DATABASES["phorge"]["NAME"])
-    lock_cursor = lock_connection.cursor()
+    """A worker killed after a receiver's 2xx but before its result write causes the only duplicate.
+
+    On the first call to the `fast` hook the receiver freezes the worker (SIGSTOP) and then answers 200:
+    the answer is out, the result is never written. The test then kills the worker with SIGKILL while
+    three slow calls are still in flight, unanswered.
+    """
     held: list[str] = []
-    holding = threading.Lock()
     held_ready = threading.Event()
+    target: dict[str, int] = {}
 
-    def hold_the_row(received: Any) -> None:
-        """On each `fast` hook's first call, lock its row: answered, but the result write must wait."""
-        hook = received.path.rsplit("/", 1)[0]
-        with holding:
-            if not hook.startswith("/fast") or any(h.startswith(hook) for h in held):
-                return
-            if not held:
-                lock_cursor.execute("START TRANSACTION")
-            lock_cursor.execute(
-                "SELECT id FROM herald_webhookrequest WHERE objectPHID = %s FOR UPDATE", (received.object_phid,)
-            )
-            held.append(f"{hook}|{received.object_phid}")
-            if len(held) == 2:
-                held_ready.set()
+    def freeze_after_answer(received: Any) -> None:
+        if not received.path.startswith("/fast/") or held:
+            return
+        deadline = time.monotonic() + 5
+        while receiver.state.in_flight.total() < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the three slow calls are in flight too
+        os.kill(target["pid"], signal.SIGSTOP)
+        held.append(received.object_phid)
+        held_ready.set()
 
-    first: WorkerProcess | None = None
-    try:
-        with Receiver(slow_seconds=1.5, on_receive=hold_the_row) as receiver:
-            slow_hooks = [phorge.hook(receiver.url(f"/slow{i}/slow")) for i in range(3)]
-            fast_hooks = [phorge.hook(receiver.url(f"/fast{i}/ok")) for i in range(2)]
-            objects = seed(phorge, [*slow_hooks, *fast_hooks], 25)
-            timing = {"GORGE_WEBHOOK_DELIVERY_TIMEOUT": "4", "GORGE_WEBHOOK_CLAIM_LEASE_SEC": "9"}
-            first = workers("first", "--max-concurrent", "5", "--poll-interval-ms", "50", **timing).start()
-            assert held_ready.wait(30)
-            wait_for(lambda: receiver.state.in_flight.total() >= 3, 20, "slow calls in flight")
-            first.proc.kill()  # type: ignore[union-attr]
-            first.wait(10)
-            killed_at = time.time()
-            lock_connection.rollback()
-            time.sleep(0.5)
-            written_at_kill = {r["objectPHID"] for r in phorge.rows() if r["status"] == "sent"}
-            answered_before_kill = {r.object_phid for r in receiver.requests if 0 < r.answered_at < killed_at}
-            received_before_kill = {r.object_phid for r in receiver.requests if r.at < killed_at}
-            second = workers("second", "--max-concurrent", "5", "--poll-interval-ms", "50", **timing).start()
-            wait_for(lambda: count_status(phorge, "sent") == 25, 60, "all delivered after the lease")
-            second.signal(signal.SIGTERM)
-            assert second.wait(30) == 0
-    finally:
-        if first is not None:
-            first.stop()
-        lock_connection.rollback()
-        lock_connection.close()
+    with Receiver(slow_seconds=1.5, on_receive=freeze_after_answer) as receiver:
+        slow_hooks = [phorge.hook(receiver.url(f"/slow{i}/slow")) for i in range(3)]
+        fast_hook = phorge.hook(receiver.url("/fast/ok"))
+        objects = seed(phorge, [*slow_hooks, fast_hook], 24)
+        timing = {"GORGE_WEBHOOK_DELIVERY_TIMEOUT": "4", "GORGE_WEBHOOK_CLAIM_LEASE_SEC": "9"}
+        first = workers("first", "--max-concurrent", "4", "--poll-interval-ms", "50", **timing)
+        target["pid"] = first.start().proc.pid  # type: ignore[union-attr]
+        assert held_ready.wait(30)
+        time.sleep(0.3)  # the receiver's 200 is on the wire
+        first.proc.kill()  # type: ignore[union-attr]
+        first.wait(10)
+        killed_at = time.time()
+        time.sleep(0.5)
+        written_at_kill = {r["objectPHID"] for r in phorge.rows() if r["status"] == "sent"}
+        answered_before_kill = {r.object_phid for r in receiver.requests if 0 < r.answered_at < killed_at}
+        received_before_kill = {r.object_phid for r in receiver.requests if r.at < killed_at}
+        second = workers("second", "--max-concurrent", "4", "--poll-interval-ms", "50", **timing).start()
+        wait_for(lambda: count_status(phorge, "sent") == 24, 60, "all delivered after the lease")
+        second.signal(signal.SIGTERM)
+        assert second.wait(30) == 0
     answered = Counter(r.object_phid for r in receiver.requests if r.answered_at)
     assert set(answered) == set(objects)  # nothing lost
     duplicates = {phid for phid, n in answered.items() if n > 1}
-    assert duplicates == {entry.split("|", 1)[1] for entry in held}  # answered before the kill, not written
+    assert duplicates == set(held)  # answered before the kill, never written: exactly this one
     assert duplicates <= answered_before_kill - written_at_kill
     unanswered_in_flight = received_before_kill - answered_before_kill
-    assert unanswered_in_flight  # the kill really hit calls in flight...
+    assert len(unanswered_in_flight) == 3  # the kill really hit calls in flight...
     assert all(answered[phid] == 1 for phid in unanswered_in_flight)  # ...and they were delivered once
 
 
@@ -252,17 +245,7 @@ def test_sigterm_finishes_in_flight_work_and_exits_0(phorge: Phorge, workers: Ca
             assert row["status"] == "sent"
         else:
             assert row["status"] == "queued"
-            snapshot = RequestRow(
-                row["id"],
-                row["phid"],
-                row["webhookPHID"],
-                row["objectPHID"],
-                row["status"],
-                row["lastRequestResult"],
-                row["lastRequestEpoch"],
-                row["dateCreated"],
-                row["dateModified"],
-            )
+            snapshot = as_request_row(row)
             assert is_due(snapshot, now + 10, 10, 300)  # due again once any claim's lease is over
     assert any("stopping" in line["message"] for line in worker.lines())
 

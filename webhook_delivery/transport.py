@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urljoin
 
 import requests
@@ -90,7 +90,15 @@ def _remaining() -> float:
     return left
 
 
-class _DeadlineSocket(socket.socket):
+if TYPE_CHECKING:
+    _SocketBase = socket.socket
+else:
+    _SocketBase = object  # a mixin at run time: the real socket class comes after it in the MRO
+
+
+class _DeadlineIO(_SocketBase):
+    """Every read and write of a socket gets only the time left in the attempt."""
+
     def recv_into(self, *args: Any, **kwargs: Any) -> int:
         self.settimeout(_remaining())
         return super().recv_into(*args, **kwargs)
@@ -108,22 +116,12 @@ class _DeadlineSocket(socket.socket):
         return super().send(*args, **kwargs)
 
 
-class _DeadlineSSLSocket(ssl.SSLSocket):
-    def recv_into(self, *args: Any, **kwargs: Any) -> int:
-        self.settimeout(_remaining())
-        return super().recv_into(*args, **kwargs)
+class _DeadlineSocket(_DeadlineIO, socket.socket):
+    pass
 
-    def recv(self, *args: Any, **kwargs: Any) -> bytes:
-        self.settimeout(_remaining())
-        return super().recv(*args, **kwargs)
 
-    def sendall(self, *args: Any, **kwargs: Any) -> None:
-        self.settimeout(_remaining())
-        super().sendall(*args, **kwargs)
-
-    def send(self, *args: Any, **kwargs: Any) -> int:
-        self.settimeout(_remaining())
-        return super().send(*args, **kwargs)
+class _DeadlineSSLSocket(_DeadlineIO, ssl.SSLSocket):
+    pass
 
 
 def _tls_context() -> ssl.SSLContext:
