@@ -13,4 +13,4 @@ from gorge_site.settings import *  # noqa: F403
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Tests render pages straight from the apps' static directories, without collectstatic.
 STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
-STATIC_ROOT = None
+STATIC_ROOT = None  # type: ignore[assignment]

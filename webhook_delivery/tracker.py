@@ -14,6 +14,8 @@ The tracker only proposes candidates: the claim in store.Store re-checks everyth
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -42,6 +44,11 @@ class QueueTracker:
         self._cached_properties = 0
         self._last_sweep = 0.0
         self.started = False
+        # Rows not yet due wait in a heap by due time; due rows sit in per-hook lists sorted by id, so a
+        # poll touches only what it hands out, however long the backlog. Both are cleaned lazily.
+        self._waiting: list[tuple[int, int]] = []
+        self._ready: dict[str, list[int]] = {}
+        self._in_ready: set[int] = set()
 
     def estimated_now(self) -> int:
         return int(time.time() + self.clock_offset)
@@ -80,7 +87,9 @@ class QueueTracker:
             else:
                 self._cached_properties += 1
         self.known[row.id] = row
-        self.due_at[row.id] = next_due(row, self.lease, self.retry_backoff)
+        due = next_due(row, self.lease, self.retry_backoff)
+        self.due_at[row.id] = due
+        heapq.heappush(self._waiting, (due, row.id))
 
     def forget(self, row_id: int) -> None:
         row = self.known.pop(row_id, None)
@@ -98,6 +107,7 @@ class QueueTracker:
     def recheck_soon(self, row_id: int) -> None:
         if row_id in self.due_at:
             self.due_at[row_id] = 0
+            heapq.heappush(self._waiting, (0, row_id))
             row = self.known[row_id]
             if row.properties is not None:
                 self._cached_properties -= 1
@@ -129,49 +139,85 @@ class QueueTracker:
         for gap_id in [i for i, seen in self.gaps.items() if seen < settled]:
             del self.gaps[gap_id]
 
-    def poll(self, schedulable: Callable[[str], bool] = lambda hook: True) -> tuple[list[RequestRow], bool]:
-        """Due rows (oldest first) of schedulable hooks, and whether more new rows wait to be read."""
+    def _promote(self, now: int) -> None:
+        while self._waiting and self._waiting[0][0] <= now:
+            due, row_id = heapq.heappop(self._waiting)
+            if self.due_at.get(row_id) != due or row_id in self._in_ready:
+                continue  # stale entry: forgotten, re-tracked, or already ready
+            self._in_ready.add(row_id)
+            bisect.insort(self._ready.setdefault(self.known[row_id].webhook_phid, []), row_id)
+
+    def _usable(self, row_id: int, now: int) -> bool:
+        """Whether a ready entry still stands for a due row; drops it from the ready set if not."""
+        row = self.known.get(row_id)
+        if row is not None and self.due_at[row_id] <= now and is_due(row, now, self.lease, self.retry_backoff):
+            return True
+        self._in_ready.discard(row_id)
+        return False
+
+    def _hook_rows(self, hook: str, now: int, limit: int) -> list[int]:
+        """Up to `limit` due ids of `hook`, oldest first; stale entries met on the way are dropped."""
+        ids = self._ready.get(hook, [])
+        picked: list[int] = []
+        keep: list[int] = []
+        position = 0
+        while position < len(ids) and len(picked) < limit:
+            row_id = ids[position]
+            position += 1
+            if row_id in self.in_flight:
+                keep.append(row_id)
+            elif self._usable(row_id, now):
+                picked.append(row_id)
+                keep.append(row_id)
+        keep.extend(ids[position:])
+        if keep:
+            self._ready[hook] = keep
+        else:
+            self._ready.pop(hook, None)
+        return picked
+
+    def poll(
+        self, schedulable: Callable[[str], bool] = lambda hook: True, *, hooks: int = 1_000_000, rows: int = 32
+    ) -> tuple[list[list[RequestRow]], bool]:
+        """Due rows of up to `hooks` schedulable hooks, oldest hook first, up to `rows` each (oldest first),
+        and whether more new rows wait to be read."""
         if not self.started:
             self.start()
         more = self._scan_new()
         self._recheck_gaps()
         if time.monotonic() - self._last_sweep > SWEEP_INTERVAL_SEC:
             self._sweep()
-        now = self.estimated_now()
-        stale = sorted(
-            row_id
-            for row_id, due in self.due_at.items()
-            if due <= now
-            and row_id not in self.in_flight
-            and self.known[row_id].properties is None
-            and schedulable(self.known[row_id].webhook_phid)
-        )[:FETCH_BATCH]
-        if stale:
-            rows, db_now = self.store.fetch(stale)
+        self._promote(self.estimated_now())
+        oldest = sorted((ids[0], hook) for hook, ids in self._ready.items() if ids and schedulable(hook))
+        batches: list[list[int]] = []
+        for _first, hook in oldest:
+            if len(batches) >= hooks:
+                break
+            picked = self._hook_rows(hook, self.estimated_now(), rows)
+            if picked:
+                batches.append(picked)
+        missing = [row_id for batch in batches for row_id in batch if self.known[row_id].properties is None]
+        if missing:
+            fetched, db_now = self.store.fetch(missing)
             self._saw_clock(db_now)
-            found = {row.id for row in rows}
-            for row_id in stale:
+            found = {row.id for row in fetched}
+            for row_id in missing:
                 if row_id not in found:
                     self.forget(row_id)
-            self.refresh(rows)
+            self.refresh(fetched)
         now = self.estimated_now()
-        due = [
-            row
-            for row_id, row in sorted(self.known.items())
-            if row_id not in self.in_flight
-            and row.properties is not None
-            and self.due_at[row_id] <= now
-            and is_due(row, now, self.lease, self.retry_backoff)
-            and schedulable(row.webhook_phid)
-        ]
-        return due, more
-
-    def next_due_in(self) -> float | None:
-        """Seconds until the earliest known row not in flight becomes due (None: nothing tracked)."""
-        pending = [due for row_id, due in self.due_at.items() if row_id not in self.in_flight]
-        if not pending:
-            return None
-        return max(0.0, min(pending) - (time.time() + self.clock_offset))
+        result = []
+        for batch in batches:
+            rows_due = [
+                self.known[row_id]
+                for row_id in batch
+                if row_id in self.known
+                and self.known[row_id].properties is not None
+                and is_due(self.known[row_id], now, self.lease, self.retry_backoff)
+            ]
+            if rows_due:
+                result.append(rows_due)
+        return result, more
 
     @property
     def queued_count(self) -> int:

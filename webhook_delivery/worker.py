@@ -223,44 +223,44 @@ class Worker:
         free = self.max_concurrent - len(running)
         try:
             connections[self.store.alias].close_if_unusable_or_obsolete()
-            due, more = self.tracker.poll(self._schedulable)
-            if due and free > 0:
+            batches, more = self.tracker.poll(self._schedulable, hooks=max(free, 1), rows=ROWS_PER_JOB)
+            if batches and free > 0:
                 self.hooks = self.store.hooks()
-                self._note_misconfigured(due)
+                if self._note_misconfigured(batches):
+                    batches = [rows for rows in batches if rows[0].webhook_phid not in self.misconfigured]
             self._database_recovered()
         except DatabaseError:
             self._database_failed()
             return False, False
         metrics.TRACKED_QUEUED.set(self.tracker.queued_count)
-        by_hook: dict[str, list[RequestRow]] = {}
-        for row in due:
-            if self._schedulable(row.webhook_phid):
-                by_hook.setdefault(row.webhook_phid, []).append(row)
         scheduled = False
-        for hook_phid, rows in by_hook.items():
+        for rows in batches:
             if free <= 0 or self.stopping.is_set():
                 break
-            job = Job(hook_phid, self.hooks.get(hook_phid), rows[:ROWS_PER_JOB])
+            hook_phid = rows[0].webhook_phid
+            job = Job(hook_phid, self.hooks.get(hook_phid), rows)
             self.busy_hooks.add(hook_phid)
-            self.tracker.in_flight.update(row.id for row in job.rows)
+            self.tracker.in_flight.update(row.id for row in rows)
             running[pool.submit(self._run_job, job)] = job
             free -= 1
             scheduled = True
         metrics.IN_FLIGHT.set(len(self.tracker.in_flight))
-        return scheduled, more or (bool(by_hook) and free <= 0)
+        return scheduled, more or (bool(batches) and free <= 0)
 
-    def _note_misconfigured(self, due: list[RequestRow]) -> None:
+    def _note_misconfigured(self, batches: list[list[RequestRow]]) -> bool:
+        """Track hooks with an empty HMAC key (never called unsigned); True if a batch belongs to one."""
         unsigned = {phid for phid, hook in self.hooks.items() if not hook.hmac_key}
-        for phid in unsigned - self.misconfigured:
-            if any(row.webhook_phid == phid for row in due):
-                logger.error(
-                    "hook has an empty HMAC key: its requests stay queued until a key is set",
-                    extra={"hook": phid, "hook_name": self.hooks[phid].name},
-                )
+        waiting = {rows[0].webhook_phid for rows in batches}
+        for phid in (unsigned - self.misconfigured) & waiting:
+            logger.error(
+                "hook has an empty HMAC key: its requests stay queued until a key is set",
+                extra={"hook": phid, "hook_name": self.hooks[phid].name},
+            )
         for phid in self.misconfigured - unsigned:
             logger.info("hook has an HMAC key again: delivering its requests", extra={"hook": phid})
         self.misconfigured = unsigned
         metrics.HOOKS_MISCONFIGURED.set(len(unsigned))
+        return bool(unsigned & waiting)
 
     def _absorb(self, result: JobResult, job: Job) -> None:
         self.busy_hooks.discard(job.hook_phid)
