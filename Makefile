@@ -1,12 +1,13 @@
 # Two commands for a newcomer: `make demo` and `make test`. The logic lives in scripts/.
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint
+.PHONY: help venv demo test lint bench
 
 help:
 	@echo "make demo   deliver demo webhooks on SQLite to a local receiver, then serve the dashboard"
 	@echo "            (DEMO_SERVE=0: check the dashboard once and exit; DEMO_PORT=8000)"
 	@echo "make test   lint, then the whole test suite against MariaDB (PYTEST_ARGS=..., GORGE_TEST_DB=...)"
 	@echo "make lint   ruff, ruff format --check, mypy, makemigrations --check, manage.py check"
+	@echo "make bench  delivery throughput, latency, 1M-row history and memory figures (BENCH_ARGS=--quick)"
 
 venv:
 	@scripts/bootstrap.sh
@@ -19,3 +20,6 @@ test:
 
 lint: venv
 	@scripts/lint.sh
+
+bench: venv
+	@.venv/bin/python bench/run.py $(BENCH_ARGS)

@@ -89,39 +89,63 @@ def next_due(row: RequestRow, lease: int, retry_backoff: int) -> int:
 class Store:
     def __init__(self, alias: str = "phorge") -> None:
         self.alias = alias
+        self.is_mysql = bool(connections[alias].vendor == "mysql")
+        self.now_sql = "UNIX_TIMESTAMP()" if self.is_mysql else "CAST(strftime('%%s', 'now') AS INTEGER)"
         self._local_locks: dict[str, threading.Lock] = {}
         self._local_locks_guard = threading.Lock()
+        now = self.now_sql
+        # Built once: these run for every delivery.
+        rows_from = f"SELECT {_ROW_COLUMNS}, CASE WHEN status = 'queued' THEN properties END, {now} FROM {REQUESTS}"
+        self._scan_sql = f"{rows_from} WHERE id > %s ORDER BY id LIMIT %s"
+        self._fetch_sql = f"{rows_from} WHERE id IN "
+        version = self._greatest("dateModified + 1", now)
+        claim_where = f"WHERE id = %s AND dateModified = %s AND {self.due_sql(positional=True)}"
+        if self.is_mysql:
+            self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = LAST_INSERT_ID({version}) {claim_where}"
+        else:
+            self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = {version} {claim_where} RETURNING dateModified"
+        self._write_sql = {
+            (attempted, with_properties): self._write_statement(attempted, with_properties)
+            for attempted in (True, False)
+            for with_properties in (True, False)
+        }
 
     @property
     def connection(self) -> Any:
         return connections[self.alias]
 
-    @property
-    def is_mysql(self) -> bool:
-        return bool(self.connection.vendor == "mysql")
-
-    @property
-    def now_sql(self) -> str:
-        return "UNIX_TIMESTAMP()" if self.is_mysql else "CAST(strftime('%%s', 'now') AS INTEGER)"
-
     def _greatest(self, a: str, b: str) -> str:
         return f"GREATEST({a}, {b})" if self.is_mysql else f"MAX({a}, {b})"
 
-    def due_sql(self, now: str | None = None) -> str:
-        """is_due() in SQL; placeholders %(lease)s and %(retry)s, `now` defaults to the database clock."""
+    def due_sql(self, now: str | None = None, *, positional: bool = False) -> str:
+        """is_due() in SQL; placeholders %(lease)s and %(retry)s (or retry, lease positionally)."""
         now = now or self.now_sql
+        retry, lease = ("%s", "%s") if positional else ("%(retry)s", "%(lease)s")
         return (
             "(status = 'queued' AND ((dateModified = dateCreated AND lastRequestResult = 'none') OR ("
-            f"(lastRequestResult <> 'fail' OR lastRequestEpoch <= {now} - %(retry)s) AND ("
+            f"(lastRequestResult <> 'fail' OR lastRequestEpoch <= {now} - {retry}) AND ("
             "(lastRequestResult = 'fail' AND dateModified = lastRequestEpoch)"
-            f" OR dateModified <= {now} - %(lease)s))))"
+            f" OR dateModified <= {now} - {lease}))))"
         )
 
-    def _rows(self, sql: str, params: Any) -> tuple[list[RequestRow], int]:
+    def _write_statement(self, attempted: bool, with_properties: bool) -> str:
+        now = self.now_sql
+        stamp = f"LAST_INSERT_ID({now})" if self.is_mysql else now
+        assignments = ["status = %s", "lastRequestResult = %s"]
+        if with_properties:
+            assignments.append("properties = %s")
+        assignments.append(f"lastRequestEpoch = {now if attempted else '0'}")
+        assignments.append(f"dateModified = {stamp}")
+        sql = (
+            f"UPDATE {REQUESTS} SET {', '.join(assignments)} WHERE id = %s AND status = 'queued' AND dateModified = %s"
+        )
+        return sql if self.is_mysql else f"{sql} RETURNING dateModified"
+
+    def _rows(self, sql: str, params: Any) -> tuple[list[RequestRow], int | None]:
+        """Rows of `sql` (whose last column is the database clock) and that clock, None without rows."""
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             fetched = cursor.fetchall()
-        now = int(fetched[0][-1]) if fetched else self.db_now()
         rows = [
             RequestRow(
                 id=int(r[0]),
@@ -137,18 +161,19 @@ class Store:
             )
             for r in fetched
         ]
-        return rows, now
+        return rows, (int(fetched[0][-1]) if fetched else None)
 
     def db_now(self) -> int:
         with self.connection.cursor() as cursor:
             cursor.execute(f"SELECT {self.now_sql}", ())  # with params, so '%%' becomes '%' on SQLite too
             return int(cursor.fetchone()[0])
 
-    def max_request_id(self) -> int:
+    def max_request_id(self) -> tuple[int, int]:
+        """The highest request id, and the database clock."""
         with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT MAX(id) FROM {REQUESTS}")
-            value = cursor.fetchone()[0]
-        return int(value or 0)
+            cursor.execute(f"SELECT MAX(id), {self.now_sql} FROM {REQUESTS}", ())
+            top, now = cursor.fetchone()
+        return int(top or 0), int(now)
 
     def ids_between(self, low: int, high: int) -> list[int]:
         """Ids in (low, high], from the primary key alone."""
@@ -156,29 +181,35 @@ class Store:
             cursor.execute(f"SELECT id FROM {REQUESTS} WHERE id > %s AND id <= %s", (low, high))
             return [int(row[0]) for row in cursor.fetchall()]
 
-    def scan_after(self, after_id: int, limit: int) -> tuple[list[RequestRow], int]:
-        """Rows above `after_id` in id order (any status; properties only for queued rows) + db now."""
-        sql = (
-            f"SELECT {_ROW_COLUMNS}, CASE WHEN status = 'queued' THEN properties END, {self.now_sql} "
-            f"FROM {REQUESTS} WHERE id > %s ORDER BY id LIMIT %s"
-        )
-        return self._rows(sql, (after_id, limit))
+    def scan_after(self, after_id: int, limit: int) -> tuple[list[RequestRow], int | None]:
+        """Rows above `after_id` in id order (any status; properties only for queued rows) + db clock."""
+        return self._rows(self._scan_sql, (after_id, limit))
 
-    def fetch(self, ids: list[int]) -> tuple[list[RequestRow], int]:
-        """The rows with these ids, by primary key (properties only for queued rows) + db now."""
+    def fetch(self, ids: list[int]) -> tuple[list[RequestRow], int | None]:
+        """The rows with these ids, by primary key (properties only for queued rows) + db clock."""
         if not ids:
-            return [], self.db_now()
-        marks = ", ".join(["%s"] * len(ids))
-        sql = (
-            f"SELECT {_ROW_COLUMNS}, CASE WHEN status = 'queued' THEN properties END, {self.now_sql} "
-            f"FROM {REQUESTS} WHERE id IN ({marks})"
-        )
-        return self._rows(sql, ids)
+            return [], None
+        return self._rows(f"{self._fetch_sql}({', '.join(['%s'] * len(ids))})", ids)
 
-    def queued_up_to(self, max_id: int) -> tuple[list[RequestRow], int]:
-        """Every queued row at or below `max_id`: a full scan on Phorge's schema, run rarely."""
-        sql = f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {REQUESTS} WHERE status = 'queued' AND id <= %s"
-        return self._rows(sql, (max_id,))
+    def queued_up_to(self, max_id: int) -> tuple[list[RequestRow], int | None]:
+        """Every queued row at or below `max_id`, read through key_ratelimit, not the whole history.
+
+        Queued rows always carry lastRequestResult 'none' or 'fail' ('okay' goes with 'sent'), so the
+        index (webhookPHID, lastRequestResult, lastRequestEpoch) reaches them without touching the
+        retained sent rows; the hooks come from a loose scan of the same index.
+        """
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT DISTINCT webhookPHID FROM {REQUESTS}", ())
+            hooks = [_text(phid) for (phid,) in cursor.fetchall()]
+        if not hooks:
+            return [], None
+        hint = " FORCE INDEX (key_ratelimit)" if self.is_mysql else ""
+        sql = (
+            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {REQUESTS}{hint} "
+            f"WHERE webhookPHID IN ({', '.join(['%s'] * len(hooks))}) AND lastRequestResult IN ('none', 'fail') "
+            "AND status = 'queued' AND id <= %s"
+        )
+        return self._rows(sql, [*hooks, max_id])
 
     def hooks(self) -> dict[str, Hook]:
         with self.connection.cursor() as cursor:
@@ -194,14 +225,10 @@ class Store:
         MySQL hands the new value back through LAST_INSERT_ID(expr), SQLite through RETURNING, so a
         claim is one round trip.
         """
-        version = self._greatest("dateModified + 1", self.now_sql)
-        where = f"WHERE id = %(id)s AND dateModified = %(version)s AND {self.due_sql()}"
-        params = {"id": row.id, "version": row.date_modified, "lease": lease, "retry": retry_backoff}
         with self.connection.cursor() as cursor:
+            cursor.execute(self._claim_sql, (row.id, row.date_modified, retry_backoff, lease))
             if self.is_mysql:
-                cursor.execute(f"UPDATE {REQUESTS} SET dateModified = LAST_INSERT_ID({version}) {where}", params)
                 return int(cursor.lastrowid) if cursor.rowcount == 1 else None
-            cursor.execute(f"UPDATE {REQUESTS} SET dateModified = {version} {where} RETURNING dateModified", params)
             won = cursor.fetchone()
             return None if won is None else int(won[0])
 
@@ -213,38 +240,29 @@ class Store:
         `properties=None` leaves the column byte-for-byte as it is. lastRequestEpoch and dateModified get
         the same clock reading, which is how is_due() recognises a row that is not under a claim.
         """
-        now = self.now_sql
-        stamp = f"LAST_INSERT_ID({now})" if self.is_mysql else now
-        assignments = ["status = %(status)s", "lastRequestResult = %(result)s"]
-        if properties is not None:
-            assignments.append("properties = %(properties)s")
-        assignments.append(f"lastRequestEpoch = {now if attempted else '0'}")
-        assignments.append(f"dateModified = {stamp}")
-        sql = (
-            f"UPDATE {REQUESTS} SET {', '.join(assignments)} "
-            "WHERE id = %(id)s AND status = 'queued' AND dateModified = %(version)s"
+        sql = self._write_sql[(attempted, properties is not None)]
+        params = (
+            (status, result, properties, row_id, version)
+            if properties is not None
+            else (status, result, row_id, version)
         )
-        params = {"status": status, "result": result, "properties": properties, "id": row_id, "version": version}
         with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
             if self.is_mysql:
-                cursor.execute(sql, params)
                 return int(cursor.lastrowid) if cursor.rowcount == 1 else None
-            cursor.execute(f"{sql} RETURNING dateModified", params)
             written = cursor.fetchone()
             return None if written is None else int(written[0])
 
-    def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> tuple[list[int], int]:
+    def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
         """Epochs of this hook's failed attempts inside the breaker window, newest first (key_ratelimit)."""
         sql = (
-            f"SELECT lastRequestEpoch, {self.now_sql} FROM {REQUESTS} WHERE webhookPHID = %s "
+            f"SELECT lastRequestEpoch FROM {REQUESTS} WHERE webhookPHID = %s "
             f"AND lastRequestResult = 'fail' AND lastRequestEpoch >= {self.now_sql} - %s "
             "ORDER BY lastRequestEpoch DESC LIMIT %s"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, (hook_phid, window, limit))
-            fetched = cursor.fetchall()
-        now = int(fetched[0][1]) if fetched else self.db_now()
-        return [int(r[0]) for r in fetched], now
+            return [int(r[0]) for r in cursor.fetchall()]
 
     def try_lock(self, name: str) -> bool:
         """Phorge's named lock with zero wait, on this thread's connection (in-process on SQLite)."""

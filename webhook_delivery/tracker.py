@@ -53,11 +53,13 @@ class QueueTracker:
     def estimated_now(self) -> int:
         return int(time.time() + self.clock_offset)
 
-    def _saw_clock(self, db_now: int) -> None:
-        self.clock_offset = db_now - time.time()
+    def _saw_clock(self, db_now: int | None) -> None:
+        if db_now is not None:  # queries that return no row carry no clock reading: keep the last one
+            self.clock_offset = db_now - time.time()
 
     def start(self) -> None:
-        self.frontier = self.store.max_request_id()
+        self.frontier, db_now = self.store.max_request_id()
+        self._saw_clock(db_now)
         # Inserts still uncommitted right now sit in holes just below the frontier: watch those ids.
         present = set(self.store.ids_between(self.frontier - STARTUP_GAP_WINDOW, self.frontier))
         for missing in range(max(1, self.frontier - STARTUP_GAP_WINDOW + 1), self.frontier):

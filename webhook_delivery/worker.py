@@ -353,7 +353,7 @@ class Worker:
     def _in_backoff(self, hook_phid: str, result: JobResult) -> bool:
         threshold = self.config.error_threshold
         window = self.config.error_backoff_sec
-        epochs, _now = self.store.recent_failures(hook_phid, window=window, limit=threshold)
+        epochs = self.store.recent_failures(hook_phid, window=window, limit=threshold)
         if len(epochs) >= threshold:
             result.backoff_until = epochs[threshold - 1] + window + 1
             return True

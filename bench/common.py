@@ -1,0 +1,135 @@
+"""Small shared pieces: paths, the MariaDB connection, process accounting, statistics."""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import socket
+import statistics
+import string
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import MySQLdb
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+MYSQL_HOST = os.environ.get("BENCH_MYSQL_HOST", "127.0.0.1")
+MYSQL_PORT = int(os.environ.get("BENCH_MYSQL_PORT", "3306"))
+MYSQL_USER = os.environ.get("BENCH_MYSQL_USER", "root")
+MYSQL_PASSWORD = os.environ.get("BENCH_MYSQL_PASSWORD", "")
+PHID_ALPHABET = string.ascii_lowercase + "234567"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class BenchError(RuntimeError):
+    """Something the bench needs is broken (not a slow figure): the run exits non-zero."""
+
+
+def connect(database: str | None = None) -> Any:
+    try:
+        return MySQLdb.connect(
+            host=MYSQL_HOST,
+            port=MYSQL_PORT,
+            user=MYSQL_USER,
+            password=MYSQL_PASSWORD,
+            database=database or "",
+            charset="utf8mb4",
+            autocommit=True,
+        )
+    except MySQLdb.OperationalError as exc:
+        raise BenchError(f"cannot connect to MariaDB at {MYSQL_HOST}:{MYSQL_PORT} as {MYSQL_USER}: {exc}") from exc
+
+
+def database_url(database: str) -> str:
+    auth = MYSQL_USER + (f":{MYSQL_PASSWORD}" if MYSQL_PASSWORD else "")
+    return f"mysql://{auth}@{MYSQL_HOST}:{MYSQL_PORT}/{database}"
+
+
+def random_phid(kind: str) -> str:
+    return f"PHID-{kind}-" + "".join(secrets.choice(PHID_ALPHABET) for _ in range(20))
+
+
+def random_key() -> str:
+    return "".join(secrets.choice(PHID_ALPHABET) for _ in range(32))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise BenchError(f"nothing listens on 127.0.0.1:{port}") from None
+            time.sleep(0.05)
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a running process (None when it is gone or unreadable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def mariadb_pid(cursor: Any) -> int | None:
+    """The server's pid, from its pid file, to charge it CPU time (None if not on this machine)."""
+    cursor.execute("SELECT @@pid_file")
+    path = Path(str(cursor.fetchone()[0]))
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if process_cpu_seconds(pid) is not None else None
+
+
+def machine_busy_fraction(sample_sec: float = 1.0) -> float:
+    """Share of all CPUs busy over a short sample: how much else runs on this machine right now."""
+
+    def read() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = values[3] + values[4]
+        return idle, sum(values)
+
+    idle0, total0 = read()
+    time.sleep(sample_sec)
+    idle1, total1 = read()
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+@dataclass
+class Stopwatch:
+    started: float = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.elapsed = time.perf_counter() - self.started
+
+    elapsed: float = 0.0

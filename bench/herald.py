@@ -1,0 +1,306 @@
+"""The bench's own herald databases on the test MariaDB: Phorge's DDL, hooks, queued rows, retained history."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import MySQLdb
+
+from bench.common import ROOT, BenchError, connect, random_key, random_phid
+from webhook_delivery.payload import build_payload, sign, transactions_newest_first
+
+SCHEMA = ROOT / "tests" / "fixtures" / "schema.sql"
+TRANSACTIONS_PER_ROW = 6  # brings the payload to ~600 bytes, the size the issue's reference rate uses
+HISTORY_HOOKS = 16
+WEEK = 7 * 86400
+
+_INSERT = (
+    "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, "
+    "lastRequestResult, lastRequestEpoch, dateCreated, dateModified) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+)
+
+
+def create_table_statements() -> list[str]:
+    """The CREATE TABLE statements of Phorge's dump (only the live part, not the commented copy)."""
+    text = SCHEMA.read_text().split("-- Dump completed", 1)[0]
+    statements = []
+    for chunk in text.split(";\n"):
+        lines = [line for line in chunk.splitlines() if line.strip() and not line.startswith("--")]
+        statement = "\n".join(lines).strip()
+        if statement.upper().startswith("CREATE TABLE"):
+            statements.append(statement)
+    if len(statements) != 2:
+        raise BenchError(f"expected herald_webhook and herald_webhookrequest in {SCHEMA}, got {len(statements)}")
+    return statements
+
+
+@dataclass(frozen=True)
+class Hook:
+    phid: str
+    key: str
+    uri: str
+
+
+@dataclass(frozen=True)
+class Request:
+    """A queued row as seeded, enough to know the exact bytes (and so the signature) the receiver must see."""
+
+    phid: str
+    hook: Hook
+    object_phid: str
+    properties: str
+    created: int
+
+    def body(self) -> bytes:
+        properties = json.loads(self.properties)
+        return build_payload(
+            object_phid=self.object_phid,
+            properties=properties,
+            date_created=self.created,
+            transaction_phids=transactions_newest_first(properties["transactionPHIDs"]),
+        )
+
+    def signature(self) -> str:
+        return sign(self.body(), self.hook.key)
+
+
+class HeraldDB:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.connection: Any = None
+        self._rng = random.Random()
+
+    def cursor(self) -> Any:
+        if self.connection is None:
+            self.connection = connect(self.name)
+        return self.connection.cursor()
+
+    def exists(self) -> bool:
+        admin = connect()
+        try:
+            cursor = admin.cursor()
+            cursor.execute("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = %s", (self.name,))
+            return bool(cursor.fetchone()[0])
+        finally:
+            admin.close()
+
+    def create(self) -> None:
+        self.close()
+        admin = connect()
+        try:
+            cursor = admin.cursor()
+            cursor.execute(f"DROP DATABASE IF EXISTS `{self.name}`")
+            cursor.execute(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            cursor.execute(f"USE `{self.name}`")
+            for statement in create_table_statements():
+                cursor.execute(statement)
+        finally:
+            admin.close()
+
+    def drop(self) -> None:
+        self.close()
+        admin = connect()
+        try:
+            admin.cursor().execute(f"DROP DATABASE IF EXISTS `{self.name}`")
+        finally:
+            admin.close()
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        cursor = self.cursor()
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else cursor.rowcount
+
+    def now(self) -> int:
+        return int(self.execute("SELECT UNIX_TIMESTAMP()")[0][0])
+
+    def clear(self) -> None:
+        self.execute("TRUNCATE TABLE herald_webhookrequest")
+        self.execute("TRUNCATE TABLE herald_webhook")
+
+    def add_hook(self, uri: str, *, name: str = "bench") -> Hook:
+        hook = Hook(random_phid("HWBH"), random_key(), uri)
+        now = self.now()
+        self.execute(
+            "INSERT INTO herald_webhook (phid, name, webhookURI, viewPolicy, editPolicy, status, hmacKey, "
+            "dateCreated, dateModified) VALUES (%s, %s, %s, 'users', 'users', 'enabled', %s, %s, %s)",
+            (hook.phid, name, uri, hook.key, now, now),
+        )
+        return hook
+
+    def hooks(self) -> list[Hook]:
+        rows = self.execute("SELECT phid, hmacKey, webhookURI FROM herald_webhook ORDER BY id")
+        return [Hook(_text(phid), _text(key), _text(uri)) for phid, key, uri in rows]
+
+    def set_hook_uri(self, phid: str, uri: str) -> Hook:
+        self.execute("UPDATE herald_webhook SET webhookURI = %s WHERE phid = %s", (uri, phid))
+        return next(hook for hook in self.hooks() if hook.phid == phid)
+
+    def new_request(self, hook: Hook, created: int) -> Request:
+        """One queued row the way Phorge writes it (not inserted)."""
+        xactions = [
+            "PHID-XACT-TASK-" + "".join(self._rng.choices("abcdefghijklmnopqrstuvwxyz234567", k=15))
+            for _ in range(TRANSACTIONS_PER_ROW)
+        ]
+        properties = json.dumps(
+            {
+                "retry": "forever",
+                "transactionPHIDs": xactions,
+                "triggerPHIDs": [hook.phid],
+                "silent": False,
+                "secure": False,
+            },
+            separators=(",", ":"),
+        )
+        return Request(random_phid("HWBR"), hook, random_phid("TASK"), properties, created)
+
+    def insert(self, requests: list[Request]) -> None:
+        rows = [
+            (r.phid, r.hook.phid, r.object_phid, "queued", r.properties, "none", 0, r.created, r.created)
+            for r in requests
+        ]
+        cursor = self.cursor()
+        for start in range(0, len(rows), 1000):
+            cursor.executemany(_INSERT, rows[start : start + 1000])
+
+    def seed(self, hooks: list[Hook], count: int) -> list[Request]:
+        """`count` queued rows spread round-robin over `hooks`, all created now."""
+        now = self.now()
+        requests = [self.new_request(hooks[i % len(hooks)], now) for i in range(count)]
+        self.insert(requests)
+        return requests
+
+    def add_stuck_request(self, hook: Hook, *, created: int) -> int:
+        """A retry-forever request of a broken hook: failed a moment ago, queued, not due for the backoff."""
+        now = self.now()
+        properties = json.dumps(
+            {
+                "retry": "forever",
+                "transactionPHIDs": [],
+                "triggerPHIDs": [hook.phid],
+                "errorType": "http",
+                "errorCode": 500,
+            },
+            separators=(",", ":"),
+        )
+        cursor = self.cursor()
+        cursor.execute(
+            _INSERT,
+            (
+                random_phid("HWBR"),
+                hook.phid,
+                random_phid("TASK"),
+                "queued",
+                properties,
+                "fail",
+                now - 5,
+                created,
+                now - 5,
+            ),
+        )
+        return int(cursor.lastrowid)
+
+    def refresh_stuck_request(self, row_id: int) -> None:
+        """Keep the broken hook's request inside its retry backoff (a failed attempt seconds ago)."""
+        self.execute(
+            "UPDATE herald_webhookrequest SET lastRequestEpoch = UNIX_TIMESTAMP() - 5, "
+            "dateModified = UNIX_TIMESTAMP() - 5 WHERE id = %s AND status = 'queued'",
+            (row_id,),
+        )
+
+    def outcome_counts(self, *, above_id: int = 0) -> dict[tuple[str, str], int]:
+        rows = self.execute(
+            "SELECT status, lastRequestResult, COUNT(*) FROM herald_webhookrequest WHERE id > %s "
+            "GROUP BY status, lastRequestResult",
+            (above_id,),
+        )
+        return {(_text(status), _text(result)): int(count) for status, result, count in rows}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+# -- one million retained rows ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class History:
+    """The cached history database: `rows` sent rows above one stuck request (id 1) of a broken hook."""
+
+    db: HeraldDB
+    hooks: list[Hook]
+    broken: Hook
+    stuck_id: int
+    base_max_id: int
+    built_now: bool
+    build_seconds: float
+
+
+def _history_is_intact(db: HeraldDB, rows: int) -> bool:
+    try:
+        hooks = db.execute("SELECT COUNT(*) FROM herald_webhook")[0][0]
+        stuck = db.execute("SELECT status, webhookPHID FROM herald_webhookrequest WHERE id = 1")
+        retained = db.execute("SELECT COUNT(*) FROM herald_webhookrequest WHERE id > 1 AND id <= %s", (rows + 1,))[0][0]
+    except MySQLdb.Error:  # a missing table or an old layout: rebuild
+        return False
+    return hooks == HISTORY_HOOKS + 1 and len(stuck) == 1 and _text(stuck[0][0]) == "queued" and retained == rows
+
+
+def ensure_history(name: str, rows: int, *, log: Any) -> History:
+    """Reuse `name` when it holds exactly the expected history; otherwise build it (minutes, once)."""
+    db = HeraldDB(name)
+    built_now = False
+    started = time.monotonic()
+    if not (db.exists() and _history_is_intact(db, rows)):
+        log(f"building {name}: {rows:,} retained sent rows (first run only, cached afterwards)")
+        _build_history(db, rows, log=log)
+        built_now = True
+    base_max_id = rows + 1
+    # Rows a previous run left above the history (crash, Ctrl-C) go; ids continue right after it.
+    db.execute("DELETE FROM herald_webhookrequest WHERE id > %s", (base_max_id,))
+    db.execute("ALTER TABLE herald_webhookrequest AUTO_INCREMENT = 1")
+    hooks = db.hooks()
+    broken = hooks[0]
+    db.refresh_stuck_request(1)
+    return History(db, hooks[1:], broken, 1, base_max_id, built_now, time.monotonic() - started)
+
+
+def _build_history(db: HeraldDB, rows: int, *, log: Any) -> None:
+    db.create()
+    broken = db.add_hook("http://127.0.0.1:9/fail/", name="broken")
+    hooks = [db.add_hook(f"http://127.0.0.1:9/h{i}", name=f"hook {i}") for i in range(HISTORY_HOOKS)]
+    now = db.now()
+    if db.add_stuck_request(broken, created=now - WEEK) != 1:
+        raise BenchError(f"{db.name}: the stuck request must be the first row")
+    choose_hook = "ELT(1 + seq % {n}, {phids})".format(
+        n=HISTORY_HOOKS, phids=", ".join(f"'{hook.phid}'" for hook in hooks)
+    )
+    xaction = "CONCAT('PHID-XACT-TASK-', LPAD(seq * 10 + {i}, 15, '0'))"
+    xactions = ", '\",\"', ".join(xaction.format(i=i) for i in range(TRANSACTIONS_PER_ROW))
+    # A week of history, oldest first, each row as Phorge leaves it after a successful attempt. Explicit ids:
+    # InnoDB reserves auto-increment ranges for INSERT ... SELECT and would leave gaps between chunks.
+    chunk = 100_000
+    for low in range(1, rows + 1, chunk):
+        high = min(rows, low + chunk - 1)
+        db.execute(
+            f"""INSERT INTO herald_webhookrequest (id, phid, webhookPHID, objectPHID, status, properties,
+                lastRequestResult, lastRequestEpoch, dateCreated, dateModified)
+            SELECT seq + 1, CONCAT('PHID-HWBR-h', LPAD(seq, 19, '0')), hook, CONCAT('PHID-TASK-h', LPAD(seq, 19, '0')),
+                'sent',
+                CONCAT('{{"retry":"forever","transactionPHIDs":["', {xactions}, '"],"triggerPHIDs":["', hook,
+                       '"],"silent":false,"secure":false,"errorType":"http","errorCode":200}}'),
+                'okay', created + 1, created, created + 1
+            FROM (SELECT seq, {choose_hook} AS hook, {now - WEEK} + (seq * {WEEK - 60}) DIV {rows} AS created
+                  FROM seq_{low}_to_{high}) AS history ORDER BY seq"""
+        )
+        log(f"  {high:,} / {rows:,} rows")
+    db.execute("ANALYZE TABLE herald_webhookrequest")

@@ -1,0 +1,77 @@
+"""Cost of the worker's own QueueTracker when nothing is due, in-process (run by bench/run.py).
+
+Runs under the worker's environment (GORGE_WEBHOOK_DATABASE_URL etc.) and prints one JSON object:
+start-up (includes the full safety sweep), the sweep alone, idle poll() percentiles, and for contrast the
+naive candidate query a tracker-less worker would run on every poll.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import django
+
+
+def main() -> None:
+    polls = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+    django.setup()
+    from django.conf import settings
+    from django.db import connections
+
+    from webhook_delivery.store import REQUESTS, Store
+    from webhook_delivery.tracker import QueueTracker
+
+    config = settings.GORGE_WEBHOOK
+    store = Store()
+    tracker = QueueTracker(store, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
+    started = time.perf_counter()
+    tracker.start()
+    start_ms = (time.perf_counter() - started) * 1000
+
+    sweeps = []
+    for _ in range(3):
+        started = time.perf_counter()
+        tracker._sweep()
+        sweeps.append((time.perf_counter() - started) * 1000)
+
+    for _ in range(20):
+        tracker.poll()
+    timings = []
+    for _ in range(polls):
+        started = time.perf_counter()
+        due, _more = tracker.poll()
+        timings.append((time.perf_counter() - started) * 1000)
+        if due:
+            raise SystemExit(f"expected nothing due, got {len(due)} rows")
+
+    naive = []
+    with connections["phorge"].cursor() as cursor:
+        for _ in range(3):
+            started = time.perf_counter()
+            cursor.execute(f"SELECT id FROM {REQUESTS} WHERE status = 'queued' ORDER BY id LIMIT 100")
+            cursor.fetchall()
+            naive.append((time.perf_counter() - started) * 1000)
+
+    timings.sort()
+    print(
+        json.dumps(
+            {
+                "start_ms": start_ms,
+                "sweep_ms": statistics.median(sweeps),
+                "poll_median_ms": statistics.median(timings),
+                "poll_p99_ms": timings[min(len(timings) - 1, int(len(timings) * 0.99))],
+                "naive_query_ms": statistics.median(naive),
+                "tracked": tracker.queued_count,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

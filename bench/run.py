@@ -1,0 +1,289 @@
+"""`make bench`: how fast deliver_webhooks is on this machine, next to the targets of issue 7.
+
+    .venv/bin/python bench/run.py [--quick] [--smoke] [--repeat K] [--receiver auto|nginx|python]
+
+Sets up its own herald database (`gwbench_herald`, Phorge's DDL from tests/fixtures/schema.sql) on the
+test MariaDB, a local receiver (Debian's nginx, `return 200`; a Python one if nginx is missing), runs real
+`manage.py deliver_webhooks` processes and prints one table: medians over K repetitions, each figure next
+to its target. It is a report, not a test: slow figures are marked MISS and the exit status stays 0; a
+lost or duplicated request (checked from the database and from the receiver) or a broken step exits 1.
+
+The one-million-row history lives in its own database (`gwbench1m_herald`), built on first use (a few
+minutes) and reused while it holds exactly the expected rows; `--drop-history` removes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import scenarios
+from bench.common import ROOT, BenchError, machine_busy_fraction, median
+from bench.herald import HeraldDB, Hook
+from bench.receivers import make_receiver
+from bench.scenarios import Context, Sizes
+from bench.workers import migrate, worker_env
+
+HISTORY_ROWS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    key: str
+    unit: str
+    target: str = ""
+    passes: Callable[[float], bool] | None = None
+    digits: int = 0
+
+
+ROWS = [
+    Row("1. bare client: requests.Session, 1 thread, same body", "bare_rate", "/s", "reference"),
+    Row("   (urllib3 pool, 1 thread, same body)", "urllib3_rate", "/s"),
+    Row("   (http.client, 1 thread, same body)", "http_client_rate", "/s"),
+    Row("2. one process, 16 hooks, --max-concurrent 16 (N / wall)", "one_rate", "/s", ">= 600/s", lambda v: v >= 600),
+    Row("   ... as % of the bare client (same run)", "one_pct", "%", ">= 45%", lambda v: v >= 45),
+    Row("   ... first to last delivery at the receiver", "one_span_rate", "/s"),
+    Row("   ... worker CPU per delivery (user + system)", "one_cpu_ms", "ms", digits=2),
+    Row("   ... of which system (kernel) time", "one_sys_pct", "%"),
+    Row("   ... MariaDB CPU per delivery", "one_db_cpu_ms", "ms", digits=2),
+    Row("   ... receiver CPU per delivery", "one_rx_cpu_ms", "ms", digits=3),
+    Row("3. one hook, one call in flight (N / wall)", "single_rate", "/s", ">= 300/s", lambda v: v >= 300),
+    Row("   ... first to last delivery at the receiver", "single_span_rate", "/s"),
+    Row("   ... worker CPU per delivery", "single_cpu_ms", "ms", digits=2),
+    Row("4. two processes together, 16 hooks (N / wall)", "two_rate", "/s"),
+    Row("   ... first to last delivery at the receiver", "two_span_rate", "/s"),
+    Row("   ... worker CPU per delivery (both processes)", "two_cpu_ms", "ms", digits=2),
+    Row("   ... MariaDB CPU per delivery", "two_db_cpu_ms", "ms", digits=2),
+    Row("5. latency p50, 20 inserts/s, defaults", "lat_p50", "ms", "<= 150 ms", lambda v: v <= 150),
+    Row("   latency p95", "lat_p95", "ms"),
+    Row("   latency p99", "lat_p99", "ms", "<= 300 ms", lambda v: v <= 300),
+    Row("   latency max", "lat_max", "ms"),
+    Row("6. drain N, empty history + 1 stuck request", "drain_empty", "s", digits=2),
+    Row("   drain N, 1M retained sent rows + 1 stuck request", "drain_1m", "s", digits=2),
+    Row("   ... ratio 1M / empty", "drain_ratio", "x", "<= 1.2x", lambda v: v <= 1.2, digits=2),
+    Row(
+        "   idle QueueTracker.poll(), empty history (median)",
+        "empty_poll_median_ms",
+        "ms",
+        "< 1 ms",
+        lambda v: v < 1,
+        digits=3,
+    ),
+    Row(
+        "   idle QueueTracker.poll(), 1M rows (median)", "big_poll_median_ms", "ms", "< 1 ms", lambda v: v < 1, digits=3
+    ),
+    Row("   idle poll p99, 1M rows", "big_poll_p99_ms", "ms", digits=3),
+    Row("   safety sweep, 1M rows (start-up, then every 600 s)", "big_sweep_ms", "ms"),
+    Row("   naive status='queued' candidate query, 1M rows", "big_naive_query_ms", "ms"),
+    Row("7. peak RSS, --max-concurrent 32, 32 hooks", "c32_rss_mb", "MB", "<= 120 MB", lambda v: v <= 120),
+    Row("   ... its rate (N / wall)", "c32_rate", "/s"),
+    Row("   peak RSS, --max-concurrent 16 (figure 2)", "one_rss_mb", "MB"),
+]
+
+
+def code_state() -> tuple[str, str]:
+    """(description, digest) of the production code measured: HEAD, uncommitted files, a hash of the sources."""
+    digest = hashlib.sha256()
+    for package in ("webhook_delivery", "gorge_site"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            digest.update(path.relative_to(ROOT).as_posix().encode())
+            digest.update(path.read_bytes())
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else "?"
+
+    head = git("rev-parse", "--short", "HEAD")
+    changed = git("diff", "--name-only", "HEAD", "--", "webhook_delivery", "gorge_site").split()
+    dirty = f" + uncommitted changes in {', '.join(changed)}" if changed and changed != ["?"] else ""
+    return f"HEAD {head}{dirty}", digest.hexdigest()[:12]
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller N, no one-million-row part")
+    parser.add_argument("--smoke", action="store_true", help="tiny N, seconds: proves the command works")
+    parser.add_argument(
+        "--repeat", type=int, metavar="K", help="repetitions, the table shows medians (default 3; quick/smoke 1)"
+    )
+    parser.add_argument("--requests", type=int, help="N for the 16-hook runs (default 6000; quick 1500)")
+    parser.add_argument("--receiver", choices=["auto", "nginx", "python"], default="auto")
+    parser.add_argument("--database", default="gwbench_herald", help="throwaway herald database (<ns>_herald)")
+    parser.add_argument("--history-database", default="gwbench1m_herald", help="cached 1M-row database")
+    parser.add_argument("--drop-history", action="store_true", help="drop the cached 1M-row database and exit")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, nginx config)")
+    args = parser.parse_args(argv)
+    if args.repeat is None:
+        args.repeat = 1 if args.quick or args.smoke else 3
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    if not args.database.endswith("_herald") or not args.history_database.endswith("_herald"):
+        parser.error("database names must end in _herald (<namespace>_herald)")
+    return args
+
+
+def sizes(args: argparse.Namespace) -> Sizes:
+    if args.smoke:
+        return Sizes(
+            requests=args.requests or 200, single_hook=100, latency_sec=3, idle_polls=100, history_rows=0, bare_sec=0.5
+        )
+    if args.quick:
+        return Sizes(
+            requests=args.requests or 1500, single_hook=600, latency_sec=10, idle_polls=300, history_rows=0, bare_sec=2
+        )
+    return Sizes(
+        requests=args.requests or 6000,
+        single_hook=3000,
+        latency_sec=20,
+        idle_polls=1000,
+        history_rows=HISTORY_ROWS,
+        bare_sec=3,
+    )
+
+
+def repetition(ctx: Context, figures: dict[str, float]) -> None:
+    """Fills `figures` as it goes, so a broken step still leaves the figures measured before it."""
+    n = ctx.sizes.requests
+    log(f"run {ctx.repetition}: 1. bare client")
+    sample = ctx.db.new_request(Hook("PHID-HWBH-benchbenchbenchbench", "k" * 32, ""), int(time.time()))
+    figures.update(scenarios.bare_client(ctx, sample))
+    log(f"run {ctx.repetition}: 2. one process, 16 hooks, N={n}")
+    figures.update(scenarios.drain(ctx, "one", hooks=16, count=n))
+    figures["one_pct"] = 100 * figures["one_rate"] / figures["bare_rate"]
+    log(f"run {ctx.repetition}: 3. one hook, N={ctx.sizes.single_hook}")
+    figures.update(scenarios.drain(ctx, "single", hooks=1, count=ctx.sizes.single_hook))
+    log(f"run {ctx.repetition}: 4. two processes, 16 hooks, N={n}")
+    figures.update(scenarios.drain(ctx, "two", hooks=16, count=n, processes=2))
+    log(f"run {ctx.repetition}: 5. latency, {ctx.sizes.latency_sec:.0f} s at 20 inserts/s")
+    figures.update(scenarios.latency(ctx))
+    log(f"run {ctx.repetition}: 6. retained history" + ("" if ctx.sizes.history_rows else " (empty only)"))
+    figures.update(scenarios.history(ctx))
+    log(f"run {ctx.repetition}: 7. --max-concurrent 32, 32 hooks, N={n}")
+    figures.update(scenarios.drain(ctx, "c32", hooks=32, count=n, max_concurrent=32))
+
+
+def fmt(value: float, digits: int) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def table(runs: list[dict[str, float]]) -> list[str]:
+    lines = []
+    width = max(len(row.label) for row in ROWS)
+    spread = len(runs) > 1
+    header = f"{'figure':<{width}}  {'median' if spread else 'value':>12}"
+    if spread:
+        header += f"  {'min .. max':>21}"
+    header += f"  {'target':<10}  mark"
+    lines += [header, "-" * len(header)]
+    for row in ROWS:
+        values = [run[row.key] for run in runs if row.key in run]
+        if not values:
+            continue
+        middle = median(values)
+        line = f"{row.label:<{width}}  {fmt(middle, row.digits) + ' ' + row.unit:>12}"
+        if spread:
+            line += f"  {fmt(min(values), row.digits) + ' .. ' + fmt(max(values), row.digits):>21}"
+        mark = "" if row.passes is None else ("PASS" if row.passes(middle) else "MISS")
+        line += f"  {row.target:<10}  {mark}"
+        lines.append(line.rstrip())
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.drop_history:
+        HeraldDB(args.history_database).drop()
+        print(f"dropped {args.history_database}")
+        return 0
+    size = sizes(args)
+    workdir = Path(tempfile.mkdtemp(prefix="gwbench-"))
+    code, digest = code_state()
+    busy = machine_busy_fraction()
+    load = os.getloadavg()
+    db = HeraldDB(args.database)
+    receiver = None
+    runs: list[dict[str, float]] = []
+    ctx: Context | None = None
+    failed = False
+    started = time.monotonic()
+    try:
+        db.create()
+        migrate(worker_env(workdir, db.name), workdir / "migrate.log")
+        receiver = make_receiver(args.receiver, workdir)
+        ctx = Context(workdir, receiver, db, size, log, scenarios.mariadb_pid(), args.history_database)
+        for k in range(1, args.repeat + 1):
+            ctx.repetition = k
+            runs.append({})
+            repetition(ctx, runs[-1])
+    except BenchError as exc:
+        log(f"BROKEN: {exc}")
+        failed = True
+    except Exception:  # noqa: BLE001 - report, clean up, exit non-zero
+        traceback.print_exc()
+        failed = True
+    finally:
+        if receiver is not None:
+            receiver.stop()
+        db.drop()
+
+    elapsed = time.monotonic() - started
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    print()
+    print(
+        f"gorge-webhook bench ({mode}): N={size.requests} over 16 hooks, one hook N={size.single_hook}, "
+        f"{args.repeat} run(s), receiver {receiver.kind if receiver else args.receiver}, "
+        f"payload {int(runs[0].get('body_bytes', 0)) if runs else '?'} bytes"
+    )
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f}, {100 * busy:.0f}% of all CPUs busy "
+        f"just before the bench (other work competes with it), took {elapsed:.0f} s"
+    )
+    _, digest_after = code_state()
+    changed = "" if digest_after == digest else "; CHANGED DURING THE RUN: figures mix code versions"
+    print(f"code: {code} (sources sha256 {digest}{changed})")
+    print()
+    for line in table(runs):
+        print(line)
+    checks = ctx.checks if ctx else []
+    notes = ctx.notes if ctx else []
+    print()
+    for check in checks:
+        if not check.ok:
+            print(f"FAILED {check.line()}")
+    for note in notes:
+        print(f"note: {note}")
+    bad = [check for check in checks if not check.ok]
+    total = sum(check.sent for check in checks)
+    duplicates = sum(check.duplicates for check in checks)
+    lost = sum(check.lost + max(0, check.expected - check.sent) for check in checks)
+    verdict = "every request exactly once" if checks and not bad else "FAILED"
+    print(
+        f"correctness: {total} sent in {len(checks)} worker runs, {duplicates} duplicates, {lost} lost "
+        f"(database and receiver): {verdict}"
+    )
+    if args.keep or failed or bad:
+        print(f"work directory kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed or bad or not checks else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
