@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webhook_delivery.locks import webhook_lock_name
-from webhook_delivery.payload import build_payload, phid_get_type, sign, transactions_newest_first
+from webhook_delivery.payload import (
+    build_payload,
+    payload_document,
+    phid_get_type,
+    sign,
+    transactions_newest_first,
+)
 from webhook_delivery.phpjson import UndecodableProperties, decode_properties, encode_compact, encode_formatted
 
 K1 = "abcdefghijklmnopqrstuvwxyz234567"
@@ -198,3 +204,24 @@ def test_payload_layout(triggers: list[str], xactions: list[str], epoch: int, te
     assert [t["phid"] for t in document["transactions"]] == xactions
     if not triggers:
         assert '"triggers": [],' in body
+
+
+ODD_VALUES = JSON_VALUES | st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(ODD_VALUES, max_size=4),
+    st.lists(ODD_VALUES, max_size=4),
+    ODD_VALUES,
+    ANY_TEXT,
+    st.integers(0, 2**32 - 1),
+)
+def test_payload_template_equals_the_general_encoder(
+    triggers: list[Any], xactions: list[Any], flag: Any, object_phid: str, epoch: int
+) -> None:
+    """The fast template and PhutilJSON's general layout agree on every input, odd stored values included."""
+    properties = {"triggerPHIDs": triggers, "test": flag, "silent": False}
+    arguments = {"object_phid": object_phid, "properties": properties, "date_created": epoch}
+    expected = encode_formatted(payload_document(**arguments, transaction_phids=xactions)).encode("ascii")
+    assert build_payload(**arguments, transaction_phids=xactions) == expected

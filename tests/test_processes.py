@@ -160,9 +160,10 @@ def test_four_processes_deliver_2000_requests_exactly_once(
         assert set(receiver.state.max_in_flight.values()) == {1}
         assert sum(c.get('gorge_webhook_claims_total{result="won"}', 0) for c in claims) == 2000
         lost = sum(c.get('gorge_webhook_claims_total{result="lost"}', 0) for c in claims)
-        reported = [line for p in running for line in p.lines() if line["message"] == "claims since the last report"]
+        reported = [line for p in running for line in p.lines() if line["message"] == "activity since the last report"]
         # Visible without debug logs, aggregated. A stale candidate can still lose a claim after the scrape.
-        assert sum(line["lost"] for line in reported) >= lost
+        assert sum(line["claims_lost"] for line in reported) >= lost
+        assert sum(line["delivered"] for line in reported) == 2000
         assert len(reported) <= 4 * 10  # a line per worker per report period, never one per row
         assert all(r["status"] == "sent" for r in phorge.rows())
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .phpjson import encode_formatted
+from .phpjson import encode_formatted, encode_scalar
 
 SIGNATURE_HEADER = "X-Phabricator-Webhook-Signature"
 _PHID_TYPE = re.compile(r"^PHID-([^-]{4})-")
@@ -40,14 +40,11 @@ def transactions_newest_first(value: Any) -> list[Any]:
     return list(reversed(stored_values(value)))
 
 
-def build_payload(
-    *,
-    object_phid: str,
-    properties: Mapping[str, Any],
-    date_created: int,
-    transaction_phids: Iterable[Any],
-) -> bytes:
-    document = {
+def payload_document(
+    *, object_phid: str, properties: Mapping[str, Any], date_created: int, transaction_phids: Iterable[Any]
+) -> dict[str, Any]:
+    """What HeraldWebhookWorker encodes, key order included."""
+    return {
         "object": {"type": phid_get_type(object_phid), "phid": object_phid},
         "triggers": [{"phid": phid} for phid in stored_values(properties.get("triggerPHIDs"))],
         "action": {
@@ -58,7 +55,44 @@ def build_payload(
         },
         "transactions": [{"phid": phid} for phid in transaction_phids],
     }
-    return encode_formatted(document).encode("ascii")
+
+
+def _phid_list(values: list[str]) -> str:
+    if not values:
+        return "[]"
+    items = ",\n".join(f'    {{\n      "phid": {value}\n    }}' for value in values)
+    return f"[\n{items}\n  ]"
+
+
+def build_payload(
+    *,
+    object_phid: str,
+    properties: Mapping[str, Any],
+    date_created: int,
+    transaction_phids: Iterable[Any],
+) -> bytes:
+    """PhutilJSON::encodeFormatted of the payload, from a template: the document always has this shape."""
+    document = payload_document(
+        object_phid=object_phid,
+        properties=properties,
+        date_created=date_created,
+        transaction_phids=transaction_phids,
+    )
+    action = document["action"]
+    scalars = [document["object"]["type"], object_phid, action["test"], action["silent"], action["secure"]]
+    triggers = [item["phid"] for item in document["triggers"]]
+    transactions = [item["phid"] for item in document["transactions"]]
+    try:
+        t, p, test, silent, secure = (encode_scalar(v) for v in scalars)
+        trigger_list = _phid_list([encode_scalar(v) for v in triggers])
+        transaction_list = _phid_list([encode_scalar(v) for v in transactions])
+    except TypeError:  # a stored value that is not a string, integer or boolean: the general encoder
+        return encode_formatted(document).encode("ascii")
+    return (
+        f'{{\n  "object": {{\n    "type": {t},\n    "phid": {p}\n  }},\n  "triggers": {trigger_list},\n'
+        f'  "action": {{\n    "test": {test},\n    "silent": {silent},\n    "secure": {secure},\n'
+        f'    "epoch": {action["epoch"]}\n  }},\n  "transactions": {transaction_list}\n}}\n'
+    ).encode("ascii")
 
 
 def sign(body: bytes, hmac_key: str) -> str:

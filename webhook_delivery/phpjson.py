@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from json.encoder import encode_basestring_ascii as _encode_ascii  # the C encoder json.dumps uses
 from typing import Any
 
 # An escaped DEL preceded by an even number of backslashes is a real escape, not escaped text.
@@ -49,6 +50,17 @@ def as_php_array(value: Any) -> Any:
 
 def _php_strings(text: str) -> str:
     return _ESCAPED_DEL.sub("\\1\x7f", text) if "\\u007f" in text else text
+
+
+def encode_scalar(value: Any) -> str:
+    """One string, integer or boolean as PhutilJSON writes it (slashes raw); TypeError for anything else."""
+    if isinstance(value, str):
+        return _php_strings(_encode_ascii(value))
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    raise TypeError(f"not a scalar the payload template handles: {type(value).__name__}")
 
 
 def encode_compact(value: Any) -> str:

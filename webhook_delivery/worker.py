@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 ROWS_PER_JOB = 32
 HEARTBEAT_SEC = 5.0
+HOOKS_RELOAD_SEC = 1.0
 LOCK_BUSY_SKIP_SEC = 1.0
 DB_RETRY_MAX_SEC = 30.0
 WRITE_MARGIN_SEC = 2.0
@@ -85,6 +86,7 @@ class Worker:
         self.tracker = QueueTracker(self.store, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
         self.stopping = threading.Event()
         self.hooks: dict[str, Hook] = {}
+        self._hooks_loaded = 0.0
         self.busy_hooks: set[str] = set()
         self.skip_until: dict[str, float] = {}
         self.backoff_until: dict[str, int] = {}
@@ -97,7 +99,7 @@ class Worker:
         self._counts_lock = threading.Lock()
         self.heartbeat = Heartbeat()
         self._last_heartbeat = 0.0
-        self._reported_claims = (0, 0)
+        self._reported: dict[str, int] = {}
 
     def count(self, key: str, amount: int = 1) -> None:
         with self._counts_lock:
@@ -127,15 +129,25 @@ class Worker:
             self._last_heartbeat = time.monotonic()
             state = self.snapshot()
             self.heartbeat.publish(state)
-            self._report_claims(state["counts"])
+            self._report_activity(state["counts"])
 
-    def _report_claims(self, counts: dict[str, int]) -> None:
-        """One aggregated line for claims lost to other processes (normal when several run)."""
-        won, lost = counts.get("claims_won", 0), counts.get("claims_lost", 0)
-        new_won, new_lost = won - self._reported_claims[0], lost - self._reported_claims[1]
-        if new_lost:
-            logger.info("claims since the last report", extra={"won": new_won, "lost": new_lost})
-        self._reported_claims = (won, lost)
+    def _report_activity(self, counts: dict[str, int]) -> None:
+        """One INFO line per period: deliveries, and claims lost to other processes (normal when several
+        run). Each success alone is logged at DEBUG only; at hundreds per second it would drown the rest."""
+        keys = ("deliveries.sent", "deliveries.retry", "deliveries.failed", "claims_won", "claims_lost")
+        new = {key: counts.get(key, 0) - self._reported.get(key, 0) for key in keys}
+        if any(new.values()):
+            logger.info(
+                "activity since the last report",
+                extra={
+                    "delivered": new["deliveries.sent"],
+                    "retried": new["deliveries.retry"],
+                    "failed": new["deliveries.failed"],
+                    "claims_won": new["claims_won"],
+                    "claims_lost": new["claims_lost"],
+                },
+            )
+        self._reported = {key: counts.get(key, 0) for key in keys}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -191,7 +203,7 @@ class Worker:
             for future in list(running):
                 self._absorb(future.result(), running.pop(future))
             pool.shutdown(wait=True)
-            self._report_claims(self.snapshot()["counts"])
+            self._report_activity(self.snapshot()["counts"])
             self.heartbeat.retire()
             self._close_connections()
             restore()
@@ -225,7 +237,7 @@ class Worker:
             connections[self.store.alias].close_if_unusable_or_obsolete()
             batches, more = self.tracker.poll(self._schedulable, hooks=max(free, 1), rows=ROWS_PER_JOB)
             if batches and free > 0:
-                self.hooks = self.store.hooks()
+                self._load_hooks(batches)
                 if self._note_misconfigured(batches):
                     batches = [rows for rows in batches if rows[0].webhook_phid not in self.misconfigured]
             self._database_recovered()
@@ -246,6 +258,13 @@ class Worker:
             scheduled = True
         metrics.IN_FLIGHT.set(len(self.tracker.in_flight))
         return scheduled, more or (bool(batches) and free <= 0)
+
+    def _load_hooks(self, batches: list[list[RequestRow]]) -> None:
+        """Hook rows (URI, key, status) at most HOOKS_RELOAD_SEC old, as PHP reads them per task."""
+        unknown = any(rows[0].webhook_phid not in self.hooks for rows in batches)
+        if unknown or time.monotonic() - self._hooks_loaded > HOOKS_RELOAD_SEC:
+            self.hooks = self.store.hooks()
+            self._hooks_loaded = time.monotonic()
 
     def _note_misconfigured(self, batches: list[list[RequestRow]]) -> bool:
         """Track hooks with an empty HMAC key (never called unsigned); True if a batch belongs to one."""
@@ -464,7 +483,7 @@ class Worker:
         if written is None:
             return
         if outcome.status == "sent":
-            logger.info("webhook delivered", extra=extra)
+            logger.debug("webhook delivered", extra=extra)
         else:
             logger.warning("webhook request failed", extra=extra)
 
