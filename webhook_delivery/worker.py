@@ -8,6 +8,7 @@ Hooks that are busy, in backoff or misconfigured never hold back the others.
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ from .outcomes import Outcome, with_error
 from .phorge_lookups import PhorgeObjects, PhpWorkerGuard, SilentMode
 from .phpjson import UndecodableProperties, decode_properties, encode_compact
 from .status.heartbeat import Heartbeat
-from .store import Hook, RequestRow, Store
+from .store import Hook, RequestRow, Store, is_due
 from .tracker import QueueTracker
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,12 @@ HOOKS_RELOAD_SEC = 1.0
 LOCK_BUSY_SKIP_SEC = 1.0
 DB_RETRY_MAX_SEC = 30.0
 WRITE_MARGIN_SEC = 2.0
+
+
+class _Step(enum.Enum):
+    NEXT = "next"
+    LOST = "lost"  # the claim was lost: our snapshots may be stale
+    STOP = "stop"  # the hook tripped its breaker
 
 
 @dataclass
@@ -355,11 +362,13 @@ class Worker:
                 if self._in_backoff(job.hook_phid, result):
                     return result
                 result.breaker_closed = True
-                for row in job.rows:
-                    if self.stopping.is_set():
+                pending = list(job.rows)
+                while pending and not self.stopping.is_set():
+                    step = self._deliver_row(job, pending.pop(0), result)
+                    if step is _Step.STOP:
                         break
-                    if not self._deliver_row(job, row, result):
-                        break
+                    if step is _Step.LOST and pending:
+                        pending = self._still_due(pending, result)
             finally:
                 self.store.release_lock(lock)
         except DatabaseError:
@@ -378,10 +387,24 @@ class Worker:
             return True
         return False
 
-    def _deliver_row(self, job: Job, row: RequestRow, result: JobResult) -> bool:
-        """Claim, deliver and write one row; False ends the job (breaker tripped)."""
+    def _still_due(self, rows: list[RequestRow], result: JobResult) -> list[RequestRow]:
+        """After a lost claim our snapshots are likely stale (another process is at work): re-read them."""
+        fresh, now = self.store.fetch([row.id for row in rows])
+        by_id = {row.id: row for row in fresh}
+        keep = []
+        for row in rows:
+            current = by_id.get(row.id)
+            lease, retry = self.config.claim_lease_sec, self.config.retry_backoff_sec
+            if current is not None and now is not None and is_due(current, now, lease, retry):
+                keep.append(current)
+            else:
+                result.recheck.append(row.id)
+        return keep
+
+    def _deliver_row(self, job: Job, row: RequestRow, result: JobResult) -> _Step:
+        """Claim, deliver and write one row."""
         if job.hook is not None and not job.hook.hmac_key:
-            return False
+            return _Step.STOP
         try:
             properties: dict[str, Any] | None = decode_properties(row.properties or "")
         except UndecodableProperties:
@@ -391,7 +414,7 @@ class Worker:
             metrics.CLAIMS.labels("lost").inc()
             self.count("claims_lost")
             result.recheck.append(row.id)
-            return True
+            return _Step.LOST
         metrics.CLAIMS.labels("won").inc()
         self.count("claims_won")
         claimed_at = time.monotonic()
@@ -404,7 +427,7 @@ class Worker:
             metrics.DELIVERIES.labels("failed", "properties").inc()
             self.count("deliveries.failed")
             self._finish(row, written, result)
-            return True
+            return _Step.NEXT
         outcome = self.dispatcher.process(row, properties, job.hook)
         new_properties = encode_compact(with_error(properties, outcome))
         written = self._write(
@@ -423,9 +446,9 @@ class Worker:
             )
         else:
             self._finish(row, written, result)
-        if outcome.result == "fail":
-            return not self._in_backoff(row.webhook_phid, result)
-        return True
+        if outcome.result == "fail" and self._in_backoff(row.webhook_phid, result):
+            return _Step.STOP
+        return _Step.NEXT
 
     def _finish(self, row: RequestRow, written: int | None, result: JobResult) -> None:
         if written is None:
