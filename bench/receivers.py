@@ -52,9 +52,11 @@ class Receiver:
     def cpu_seconds(self) -> float:
         return sum(cpu for pid in self.pids() if (cpu := process_cpu_seconds(pid)) is not None)
 
+    stop_signal = signal.SIGTERM
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(self.stop_signal)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
@@ -143,15 +145,7 @@ http {{
                 children.append(int(stat.parent.name))
         return [self.proc.pid, *children]
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT)  # graceful: flushes the access log
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.proc = None
+    stop_signal = signal.SIGQUIT  # graceful: flushes the access log
 
 
 class PythonReceiver(Receiver):
