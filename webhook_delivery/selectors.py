@@ -29,14 +29,11 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 
 from .config import DeliveryConfig
-from .models import HeraldWebhook, HeraldWebhookRequest
 from .phorge_lookups import PhpWorkerGuard
 from .status.models import WorkerHeartbeat
-from .store import Store
+from .store import HOOKS, Store
 
 PHORGE = "phorge"
-REQUESTS = HeraldWebhookRequest._meta.db_table
-HOOKS = HeraldWebhook._meta.db_table
 
 WORKER_ALIVE_SEC = 30
 WORKERS_SHOWN_FOR = timedelta(days=1)
@@ -98,20 +95,6 @@ def _hook_filter(phids: Sequence[str]) -> tuple[str, dict[str, str]]:
     return "webhookPHID IN (" + ", ".join(f"%({name})s" for name in params) + ")", params
 
 
-def _greatest(store: Store, a: str, b: str) -> str:
-    return f"GREATEST({a}, {b})" if store.is_mysql else f"MAX({a}, {b})"
-
-
-def _requests(store: Store) -> str:
-    """The request table, pinned to key_ratelimit on MySQL/MariaDB.
-
-    Without the hint the optimizer switches to a full scan once the non-sent slice is a large share of a
-    small table, i.e. during an incident, exactly when the page matters; with it the cost stays bounded
-    by the rows that are not sent, whatever Phorge retains.
-    """
-    return f"{REQUESTS} FORCE INDEX (key_ratelimit)" if store.is_mysql else REQUESTS
-
-
 FAILED_ROW = "(status = 'failed' OR lastRequestResult = 'fail')"
 
 
@@ -130,7 +113,7 @@ def _due_since_sql(store: Store) -> str:
         "CASE WHEN lastRequestResult = 'fail' AND dateModified = lastRequestEpoch THEN 0 "
         "ELSE dateModified + %(lease)s END"
     )
-    later = _greatest(store, after_retry, after_claim)
+    later = store.greatest(after_retry, after_claim)
     return f"CASE WHEN dateModified = dateCreated AND lastRequestResult = 'none' THEN dateCreated ELSE {later} END"
 
 
@@ -178,10 +161,11 @@ def queue_counts() -> QueueCounts:
         return QueueCounts(0, 0, 0, active)
     store = Store(PHORGE)
     where, params = _hook_filter([hook.phid for hook in all_hooks])
-    sent = _fetch(f"SELECT COUNT(*) FROM {_requests(store)} WHERE {where} AND lastRequestResult = 'okay'", params)
+    table = store.requests_by_result
+    sent = _fetch(f"SELECT COUNT(*) FROM {table} WHERE {where} AND lastRequestResult = 'okay'", params)
     by_status = dict(
         _fetch(
-            f"SELECT status, COUNT(*) FROM {_requests(store)} WHERE {where} AND {PENDING_RESULTS} GROUP BY status",
+            f"SELECT status, COUNT(*) FROM {table} WHERE {where} AND {PENDING_RESULTS} GROUP BY status",
             params,
         )
     )
@@ -352,7 +336,7 @@ def queue_health(config: DeliveryConfig) -> QueueHealth:
     if all_hooks:
         where, params = _hook_filter(list(tallies))
         settled = _fetch(
-            f"SELECT webhookPHID, COUNT(*), MAX(lastRequestEpoch) FROM {_requests(store)} "
+            f"SELECT webhookPHID, COUNT(*), MAX(lastRequestEpoch) FROM {store.requests_by_result} "
             f"WHERE {where} AND lastRequestResult = 'okay' GROUP BY webhookPHID",
             params,
         )
@@ -367,7 +351,7 @@ def queue_health(config: DeliveryConfig) -> QueueHealth:
             "MAX(CASE WHEN lastRequestResult = 'none' AND status = 'failed' THEN dateModified END), "
             "SUM(CASE WHEN lastRequestResult = 'fail' AND lastRequestEpoch >= %(window_start)s THEN 1 ELSE 0 END), "
             f"SUM(CASE WHEN {due} THEN 1 ELSE 0 END), MIN(CASE WHEN {due} THEN {_due_since_sql(store)} END) "
-            f"FROM {_requests(store)} WHERE {where} AND {PENDING_RESULTS} "
+            f"FROM {store.requests_by_result} WHERE {where} AND {PENDING_RESULTS} "
             "GROUP BY webhookPHID, status, lastRequestResult, error_type, error_code",
             {
                 **params,
@@ -456,7 +440,7 @@ def delivery_series(hook_phids: Sequence[str], now: int, *, hours: int = CHART_H
         minute = "lastRequestEpoch DIV 60" if store.is_mysql else "lastRequestEpoch / 60"
         where, params = _hook_filter(hook_phids)
         rows = _fetch(
-            f"SELECT lastRequestResult, {minute} AS minute, COUNT(*) FROM {_requests(store)} "
+            f"SELECT lastRequestResult, {minute} AS minute, COUNT(*) FROM {store.requests_by_result} "
             f"WHERE {where} AND lastRequestResult IN ('okay', 'fail') AND lastRequestEpoch >= %(since)s "
             "GROUP BY lastRequestResult, minute",
             {**params, "since": first * CHART_STEP_SEC},
@@ -500,7 +484,7 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
     since = health.now - RECENT_ATTEMPTS_SEC
     columns = (
         f"SELECT id, phid, webhookPHID, status, lastRequestResult, dateModified, "
-        f"{_json_text(store, 'errorType')}, {_json_text(store, 'errorCode')} FROM {_requests(store)} "
+        f"{_json_text(store, 'errorType')}, {_json_text(store, 'errorCode')} FROM {store.requests_by_result} "
     )
     rows: list[tuple[Any, ...]] = []
     attempted = [h.phid for h in health.hooks if h.last_failed_attempt and h.last_failed_attempt >= since]

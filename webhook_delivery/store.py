@@ -98,7 +98,7 @@ class Store:
         rows_from = f"SELECT {_ROW_COLUMNS}, CASE WHEN status = 'queued' THEN properties END, {now} FROM {REQUESTS}"
         self._scan_sql = f"{rows_from} WHERE id > %s ORDER BY id LIMIT %s"
         self._fetch_sql = f"{rows_from} WHERE id IN "
-        version = self._greatest("dateModified + 1", now)
+        version = self.greatest("dateModified + 1", now)
         claim_where = f"WHERE id = %s AND dateModified = %s AND {self.due_sql(positional=True)}"
         if self.is_mysql:
             self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = LAST_INSERT_ID({version}) {claim_where}"
@@ -114,7 +114,16 @@ class Store:
     def connection(self) -> Any:
         return connections[self.alias]
 
-    def _greatest(self, a: str, b: str) -> str:
+    @property
+    def requests_by_result(self) -> str:
+        """The request table read through key_ratelimit (webhookPHID, lastRequestResult, lastRequestEpoch).
+
+        Queries that restrict hooks and results must reach rows through that index: without the hint the
+        optimizer turns to a full scan once non-sent rows are a large share of a small table (an incident).
+        """
+        return f"{REQUESTS} FORCE INDEX (key_ratelimit)" if self.is_mysql else REQUESTS
+
+    def greatest(self, a: str, b: str) -> str:
         return f"GREATEST({a}, {b})" if self.is_mysql else f"MAX({a}, {b})"
 
     def due_sql(self, now: str | None = None, *, positional: bool = False) -> str:
@@ -203,9 +212,8 @@ class Store:
             hooks = [_text(phid) for (phid,) in cursor.fetchall()]
         if not hooks:
             return [], None
-        hint = " FORCE INDEX (key_ratelimit)" if self.is_mysql else ""
         sql = (
-            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {REQUESTS}{hint} "
+            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.requests_by_result} "
             f"WHERE webhookPHID IN ({', '.join(['%s'] * len(hooks))}) AND lastRequestResult IN ('none', 'fail') "
             "AND status = 'queued' AND id <= %s"
         )
