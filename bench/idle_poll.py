@@ -1,8 +1,8 @@
-"""Cost of the worker's own QueueTracker when nothing is due, in-process (run by bench/run.py).
+"""Cost of the worker's queue window when nothing is due, in-process (run by bench/run.py).
 
 Runs under the worker's environment (GORGE_WEBHOOK_DATABASE_URL etc.) and prints one JSON object:
-start-up (includes the full safety sweep), the sweep alone, idle poll() percentiles, and for contrast the
-naive candidate query a tracker-less worker would run on every poll.
+start-up, a full safety sweep (the cursors start again and every hook's queue is read back), idle poll()
+percentiles, and for contrast the naive candidate query a window-less worker would run on every poll.
 """
 
 from __future__ import annotations
@@ -25,30 +25,37 @@ def main() -> None:
     from django.db import connections
 
     from webhook_delivery.store import REQUESTS, Store
-    from webhook_delivery.tracker import QueueTracker
+    from webhook_delivery.window import QueueWindow
 
     config = settings.GORGE_WEBHOOK
-    store = Store()
-    tracker = QueueTracker(store, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
+    window = QueueWindow(Store(), lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
+
+    def settle() -> None:
+        while window.poll():
+            pass
+
     started = time.perf_counter()
-    tracker.start()
+    window.start()
+    settle()
     start_ms = (time.perf_counter() - started) * 1000
 
     sweeps = []
     for _ in range(3):
         started = time.perf_counter()
-        tracker._sweep()
+        window._sweep()
+        settle()
         sweeps.append((time.perf_counter() - started) * 1000)
 
     for _ in range(20):
-        tracker.poll()
+        window.poll()
     timings = []
     for _ in range(polls):
         started = time.perf_counter()
-        due, _more = tracker.poll()
+        window.poll()
+        due = window.candidates()
         timings.append((time.perf_counter() - started) * 1000)
         if due:
-            raise SystemExit(f"expected nothing due, got {len(due)} rows")
+            raise SystemExit(f"expected nothing due, got {len(due)} hooks")
 
     naive = []
     with connections["phorge"].cursor() as cursor:
@@ -67,7 +74,7 @@ def main() -> None:
                 "poll_median_ms": statistics.median(timings),
                 "poll_p99_ms": timings[min(len(timings) - 1, int(len(timings) * 0.99))],
                 "naive_query_ms": statistics.median(naive),
-                "tracked": tracker.queued_count,
+                "tracked": window.held_count,
             }
         )
     )

@@ -90,33 +90,34 @@ def run_worker(args: argparse.Namespace, workdir: Path) -> None:
     logging.getLogger().handlers[0].setStream(open(workdir / "worker.log", "a"))
     from django.conf import settings
 
-    from webhook_delivery import payload, transport, worker
+    from webhook_delivery import job, payload, transport, worker
     from webhook_delivery.dispatcher import Dispatcher
+    from webhook_delivery.sessions import LockSession
     from webhook_delivery.store import Store
-    from webhook_delivery.tracker import QueueTracker
+    from webhook_delivery.window import QueueWindow
 
     timers = Timers()
     for name in (
         "claim",
         "write_outcome",
-        "try_lock",
-        "release_lock",
         "recent_failures",
         "hooks",
         "fetch",
         "scan_after",
-        "queued_up_to",
-        "db_now",
+        "untried",
+        "retries",
     ):
         timers.wrap(Store, name, f"store.{name}")
-    timers.wrap(QueueTracker, "poll", "tracker.poll (main thread)")
+    timers.wrap(LockSession, "acquire", "locks.acquire (GET_LOCK)")
+    timers.wrap(LockSession, "release", "locks.release (RELEASE_LOCK)")
+    timers.wrap(QueueWindow, "poll", "window.poll (main thread)")
     timers.wrap(Dispatcher, "process", "dispatcher.process (all of an attempt)")
     timers.wrap(transport, "post", "  transport.post (HTTP)")
     timers.wrap(transport, "check_uri", "  transport.check_uri")
     timers.wrap(payload, "build_payload", "  payload.build_payload")
     timers.wrap(payload, "sign", "  payload.sign")
-    timers.wrap(worker.Worker, "_run_job", "worker._run_job (one hook's job)")
-    timers.wrap(worker.Worker, "_record", "worker._record (metrics + log line)")
+    timers.wrap(job.JobRunner, "run", "job.run (one hook's job)")
+    timers.wrap(job.JobRunner, "_record", "job._record (metrics + log line)")
     timers.wrap(worker.Worker, "_poll_and_schedule", "worker._poll_and_schedule (main thread)")
     # The dispatcher module imported these names directly: wrap its references too.
     import webhook_delivery.dispatcher as dispatcher_module
@@ -126,18 +127,18 @@ def run_worker(args: argparse.Namespace, workdir: Path) -> None:
 
     job_ends: dict[str, float] = {}
     gaps: list[float] = []
-    original_run_job = worker.Worker._run_job
+    original_run = job.JobRunner.run
 
-    def run_job(self: Any, job: Any) -> Any:
-        ended = job_ends.get(job.hook_phid)
+    def run_job(self: Any, one: Any) -> Any:
+        ended = job_ends.get(one.hook_phid)
         if ended is not None:
             gaps.append(time.perf_counter() - ended)
         try:
-            return original_run_job(self, job)
+            return original_run(self, one)
         finally:
-            job_ends[job.hook_phid] = time.perf_counter()
+            job_ends[one.hook_phid] = time.perf_counter()
 
-    worker.Worker._run_job = run_job
+    job.JobRunner.run = run_job
 
     the_worker = worker.Worker(settings.GORGE_WEBHOOK, once=True, max_concurrent=args.max_concurrent)
     profiler = cProfile.Profile() if args.cprofile else None
@@ -150,7 +151,7 @@ def run_worker(args: argparse.Namespace, workdir: Path) -> None:
         profiler.disable()
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu0
-    delivered = the_worker.counts.get("deliveries.sent", 0)
+    delivered = the_worker.counters.snapshot().get("deliveries.sent", 0)
     print(
         f"{delivered} delivered in {wall:.2f} s in-process ({delivered / wall:.0f}/s), process CPU {cpu:.2f} s "
         f"({1000 * cpu / max(1, delivered):.2f} ms per delivery); timers add a little overhead"

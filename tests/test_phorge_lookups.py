@@ -7,6 +7,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -179,7 +180,7 @@ def test_missing_grant_falls_back_with_one_log_line(
     caplog.set_level(logging.INFO, logger=LOGGER)
     task = app_db.task()
     stored = {"PHID-XACT-TASK-aaaaaaaaaaaaaaa": "PHID-XACT-TASK-aaaaaaaaaaaaaaa", "k": "PHID-XACT-TASK-bbbbbbbbbbbbbbb"}
-    objects = PhorgeObjects(NAMESPACE, connection=lambda: herald_only_user.connection)
+    objects = PhorgeObjects(NAMESPACE, connection=lambda: nullcontext(herald_only_user.connection))
     for object_phid in (task, random_phid("TASK"), task):
         assert objects.transactions(object_phid, stored) == list(reversed(stored.values()))
     assert len(fallback_lines(caplog)) == 1
@@ -194,7 +195,7 @@ def test_only_the_transaction_table_missing_still_checks_the_object(
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     hook = phorge.hook("http://127.0.0.1:9/ok")
-    objects = PhorgeObjects(NAMESPACE, connection=lambda: herald_only_user.connection)
+    objects = PhorgeObjects(NAMESPACE, connection=lambda: nullcontext(herald_only_user.connection))
     assert objects.transactions(hook, {"5": "PHID-XACT-HWBH-a", "6": "PHID-XACT-HWBH-b"}) == [
         "PHID-XACT-HWBH-b",
         "PHID-XACT-HWBH-a",
@@ -209,22 +210,22 @@ def test_sqlite_behaves_as_no_grant(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     demo = connections["default"]
     assert demo.vendor == "sqlite"
-    objects = PhorgeObjects("phabricator", connection=lambda: demo)
+    objects = PhorgeObjects("phabricator", connection=lambda: nullcontext(demo))
     assert objects.transactions(random_phid("TASK"), ["a", "b"]) == ["b", "a"]
     assert objects.transactions(random_phid("DREV"), ["a", "b"]) == ["b", "a"]
     assert len(fallback_lines(caplog)) == 1
     config = dataclasses.replace(settings.GORGE_WEBHOOK, namespace="phabricator", silent=None)
-    silent = SilentMode(config, connection=lambda: demo)
+    silent = SilentMode(config, connection=lambda: nullcontext(demo))
     assert silent() is False
     assert silent.describe() == {"silent": None, "source": "unknown"}
-    assert PhpWorkerGuard("phabricator", connection=lambda: demo).state()["state"] == "unknown"
+    assert PhpWorkerGuard("phabricator", connection=lambda: nullcontext(demo)).state()["state"] == "unknown"
 
 
 def test_lost_connection_propagates_as_database_error(app_db: AppDatabases, caplog: pytest.LogCaptureFixture) -> None:
     base = connections["phorge"]
     doomed = type(base)(dict(base.settings_dict), alias="phorge_doomed")
     try:
-        objects = PhorgeObjects(NAMESPACE, connection=lambda: doomed)
+        objects = PhorgeObjects(NAMESPACE, connection=lambda: nullcontext(doomed))
         task = app_db.task()
         assert objects.transactions(task, []) == []
         with doomed.cursor() as cursor:
@@ -234,9 +235,11 @@ def test_lost_connection_propagates_as_database_error(app_db: AppDatabases, capl
         with pytest.raises(DatabaseError):
             objects.transactions(task, [])
         with pytest.raises(DatabaseError):
-            SilentMode(dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), connection=lambda: doomed).read()
+            SilentMode(
+                dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), connection=lambda: nullcontext(doomed)
+            ).read()
         with pytest.raises(DatabaseError):
-            PhpWorkerGuard(NAMESPACE, connection=lambda: doomed).state()
+            PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(doomed)).state()
         assert fallback_lines(caplog) == []
     finally:
         doomed.close()
@@ -284,7 +287,9 @@ def test_silent_without_grant_is_off_unknown_and_logged_once(
     caplog.set_level(logging.INFO, logger=LOGGER)
     app_db.config("phabricator.silent", "true")
     silent = SilentMode(
-        dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), connection=lambda: herald_only_user.connection, ttl=0
+        dataclasses.replace(settings.GORGE_WEBHOOK, silent=None),
+        connection=lambda: nullcontext(herald_only_user.connection),
+        ttl=0,
     )
     assert [silent(), silent(), silent()] == [False, False, False]
     assert silent.describe() == {"silent": None, "source": "unknown"}
@@ -336,7 +341,7 @@ def test_guard_follows_php_webhook_tasks(app_db: AppDatabases) -> None:
 
 def test_guard_is_unknown_without_grant(app_db: AppDatabases, herald_only_user: MariaDBUser) -> None:
     app_db.worker_task()
-    state = PhpWorkerGuard(NAMESPACE, connection=lambda: herald_only_user.connection).state()
+    state = PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(herald_only_user.connection)).state()
     assert state["state"] == "unknown"
     assert state["active_tasks"] is None and state["recently_archived"] is None
     assert "worker_activetask" in state["detail"]
@@ -348,7 +353,7 @@ def test_guard_is_never_idle_with_half_the_grant(apps: AppDatabases, app_db: App
     grants += f"GRANT SELECT ON {app_db.table('worker', 'worker_activetask')} TO '{name}'@'%';\n"
     user = MariaDBUser(apps.admin, name, grants)
     try:
-        guard = PhpWorkerGuard(NAMESPACE, connection=lambda: user.connection, ttl=0)
+        guard = PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(user.connection), ttl=0)
         state = guard.state()
         assert (state["state"], state["active_tasks"], state["recently_archived"]) == ("unknown", 0, None)
         app_db.worker_task()
@@ -372,7 +377,7 @@ def test_guard_watch_logs_once_per_change_and_sets_gauge(
     app_db.execute(f"DELETE FROM {app_db.table('worker', 'worker_activetask')} WHERE id = %s", (task,))
     guard.watch()
     assert gauge() == 0
-    blind = PhpWorkerGuard(NAMESPACE, connection=lambda: herald_only_user.connection, ttl=0)
+    blind = PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(herald_only_user.connection), ttl=0)
     blind.watch()
     blind.watch()
     assert gauge() == -1
@@ -424,15 +429,18 @@ def test_grants_are_enough_for_every_lookup_and_nothing_more(
     as_user = granted_user.connection
     task = app_db.task()
     xaction = app_db.transaction(*XACTIONS, task)
-    objects = PhorgeObjects(NAMESPACE, connection=lambda: as_user)
+    objects = PhorgeObjects(NAMESPACE, connection=lambda: nullcontext(as_user))
     assert objects.transactions(task, [xaction, "PHID-XACT-TASK-gonegonegonegon"]) == [xaction]
     assert objects.transactions(random_phid("TASK"), [xaction]) is None
     for phid_type in OBJECT_TABLES:
         assert objects.transactions(random_phid(phid_type), ["x"]) is None
     app_db.config("phabricator.silent", "true")
-    assert SilentMode(dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), connection=lambda: as_user)() is True
+    assert (
+        SilentMode(dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), connection=lambda: nullcontext(as_user))()
+        is True
+    )
     app_db.worker_task()
-    assert PhpWorkerGuard(NAMESPACE, connection=lambda: as_user).state()["state"] == "active"
+    assert PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(as_user)).state()["state"] == "active"
     assert fallback_lines(caplog) == []
 
     hook = phorge.hook("http://127.0.0.1:9/ok")

@@ -196,7 +196,7 @@ def test_kill_9_loses_nothing_and_duplicates_only_what_was_answered(
         fast_hook = phorge.hook(receiver.url("/fast/ok"))
         objects = seed(phorge, [*slow_hooks, fast_hook], 24)
         timing = {"GORGE_WEBHOOK_DELIVERY_TIMEOUT": "4", "GORGE_WEBHOOK_CLAIM_LEASE_SEC": "9"}
-        first = workers("first", "--max-concurrent", "4", "--poll-interval-ms", "50", **timing)
+        first = workers("first", "--max-concurrent", "8", "--poll-interval-ms", "50", **timing)
         target["pid"] = first.start().proc.pid  # type: ignore[union-attr]
         assert held_ready.wait(30)
         time.sleep(0.3)  # the receiver's 200 is on the wire
@@ -207,7 +207,7 @@ def test_kill_9_loses_nothing_and_duplicates_only_what_was_answered(
         written_at_kill = {r["objectPHID"] for r in phorge.rows() if r["status"] == "sent"}
         answered_before_kill = {r.object_phid for r in receiver.requests if 0 < r.answered_at < killed_at}
         received_before_kill = {r.object_phid for r in receiver.requests if r.at < killed_at}
-        second = workers("second", "--max-concurrent", "4", "--poll-interval-ms", "50", **timing).start()
+        second = workers("second", "--max-concurrent", "8", "--poll-interval-ms", "50", **timing).start()
         wait_for(lambda: count_status(phorge, "sent") == 24, 60, "all delivered after the lease")
         second.signal(signal.SIGTERM)
         assert second.wait(30) == 0

@@ -112,7 +112,8 @@ def test_short_lease_is_clamped_with_a_warning() -> None:
 def test_defaults_follow_phorge_and_the_spec() -> None:
     config = load_config({}).delivery
     assert config.namespace == "phabricator"
-    assert (config.poll_interval_ms, config.max_concurrent, config.delivery_timeout) == (250, 16, 15.0)
+    assert (config.poll_interval_ms, config.max_concurrent, config.delivery_timeout) == (250, 128, 15.0)
+    assert config.db_pool_size == 4
     assert (config.claim_lease_sec, config.retry_backoff_sec) == (60, 300)
     assert (config.error_backoff_sec, config.error_threshold) == (300, 10)
     assert config.outbound_blacklist == default_blacklist()

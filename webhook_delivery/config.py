@@ -35,7 +35,8 @@ class ConfigError:
 class DeliveryConfig:
     namespace: str = "phabricator"
     poll_interval_ms: int = 250
-    max_concurrent: int = 16
+    max_concurrent: int = 128
+    db_pool_size: int = 4
     delivery_timeout: float = 15.0
     claim_lease_sec: int = 60
     requested_lease_sec: int = 60
@@ -166,7 +167,8 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         url = f"mysql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{namespace}_herald"
 
     poll = r.integer("GORGE_WEBHOOK_POLL_INTERVAL_MS", 250, minimum=1, maximum=3_600_000)
-    concurrent = r.integer("GORGE_WEBHOOK_MAX_CONCURRENT", 16, minimum=1, maximum=512)
+    concurrent = r.integer("GORGE_WEBHOOK_MAX_CONCURRENT", 128, minimum=1, maximum=1024)
+    db_pool = r.integer("GORGE_WEBHOOK_DB_POOL_SIZE", 4, minimum=1, maximum=64)
     timeout = r.seconds("GORGE_WEBHOOK_DELIVERY_TIMEOUT", 15.0, maximum=3600)
     lease = r.integer("GORGE_WEBHOOK_CLAIM_LEASE_SEC", 60, minimum=1, maximum=86_400)
     retry = r.integer("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", 300, minimum=0, maximum=30 * 86_400)
@@ -194,6 +196,7 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         namespace=namespace,
         poll_interval_ms=poll,
         max_concurrent=concurrent,
+        db_pool_size=db_pool,
         delivery_timeout=timeout,
         claim_lease_sec=max(lease, minimum_lease),
         requested_lease_sec=lease,

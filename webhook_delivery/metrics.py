@@ -26,5 +26,12 @@ DEGRADED = Counter(
     "Times the worker ran on less than it should (database errors, lost result writes).",
     ["reason"],
 )
-TRACKED_QUEUED = Gauge("gorge_webhook_worker_tracked_queued", "Queued requests this worker knows about.")
-IN_FLIGHT = Gauge("gorge_webhook_worker_in_flight", "Requests this worker is delivering now.")
+TRACKED_QUEUED = Gauge(
+    "gorge_webhook_worker_tracked_queued", "Queued requests held in this worker's window (bounded, not the backlog)."
+)
+IN_FLIGHT = Gauge("gorge_webhook_worker_in_flight", "Deliveries this worker has in flight now (one per hook).")
+LANE_IN_FLIGHT = Gauge(
+    "gorge_webhook_worker_lane_in_flight",
+    "Deliveries in flight by lane: hooks answering, new to this worker, or failing (capped share).",
+    ["lane"],
+)

@@ -22,6 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,8 @@ PHP_WORKER_ACTIVE = Gauge(
 )
 _GAUGE_VALUE = {"active": 1, "idle": 0, "unknown": -1}
 
-ConnectionSource = Callable[[], Any]
+# A connection lent for one statement: the worker's session pool, or the calling thread's own connection.
+ConnectionSource = Callable[[], AbstractContextManager[Any]]
 _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")  # as GORGE_WEBHOOK_NAMESPACE is validated
 
 
@@ -112,8 +114,8 @@ def _error_code(exc: DatabaseError) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def _default_connection() -> Any:
-    return connections["phorge"]
+def _default_connection() -> AbstractContextManager[Any]:
+    return nullcontext(connections["phorge"])
 
 
 class _OnceLog:
@@ -141,14 +143,15 @@ class _NoAccessError(Exception):
         self.code = code
 
 
-def _select(connection: Any, sql: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
+def _select(source: ConnectionSource, sql: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
     """Run one SELECT; raise _NoAccessError when the table cannot be read, DatabaseError for anything else."""
-    if connection.vendor != "mysql":
-        raise _NoAccessError(None)
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, list(params))
-            return list(cursor.fetchall())
+        with source() as connection:
+            if connection.vendor != "mysql":
+                raise _NoAccessError(None)
+            with connection.cursor() as cursor:
+                cursor.execute(sql, list(params))
+                return list(cursor.fetchall())
     except DatabaseError as exc:
         code = _error_code(exc)
         if code in NO_ACCESS_ERRORS:
@@ -178,7 +181,7 @@ class PhorgeObjects:
                     extra={"phid_type": phid_type},
                 )
             return transactions_newest_first(stored)
-        connection = self._connection()
+        connection = self._connection
         objects = qualified(self.namespace, tables.object_app, tables.object_table)
         if self._known_unreadable(objects):
             return transactions_newest_first(stored)
@@ -303,7 +306,7 @@ class SilentMode:
             "WHERE namespace = 'default' AND configKey = 'phabricator.silent' AND isDeleted = 0"
         )
         try:
-            rows = _select(self._connection(), sql, [])
+            rows = _select(self._connection, sql, [])
         except _NoAccessError as exc:
             if not self._unreadable:
                 self._unreadable = True
@@ -377,7 +380,7 @@ class PhpWorkerGuard:
             return dict(state)
 
     def _read(self) -> dict[str, Any]:
-        connection = self._connection()
+        connection = self._connection
         try:
             ((active, leased),) = _select(connection, self.active_sql(), [WEBHOOK_TASK_CLASS])
         except _NoAccessError:

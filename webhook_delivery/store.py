@@ -4,19 +4,23 @@ It never inserts or deletes, and only UPDATEs herald_webhookrequest rows through
 compare-and-set on `dateModified` (the version), and every result write is guarded by the claimed
 version, so a lost claim writes nothing. All times are the database's clock.
 
-The delivery thread's own connection is used for everything, including Phorge's named per-hook lock
-(GET_LOCK is bound to the connection that took it).
+Without a session pool it uses the calling thread's own connection (the worker's main thread, the
+tests); with one (the delivery threads) it borrows a pooled connection for each statement. Phorge's named
+per-hook locks live on the process's lock session (sessions.LockSession), and a claim only succeeds while
+the hook's lock is still held by that session.
 """
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
 
 from .models import HeraldWebhook, HeraldWebhookRequest
+from .sessions import SessionPool
 
 REQUESTS = HeraldWebhookRequest._meta.db_table
 HOOKS = HeraldWebhook._meta.db_table
@@ -87,23 +91,24 @@ def next_due(row: RequestRow, lease: int, retry_backoff: int) -> int:
 
 
 class Store:
-    def __init__(self, alias: str = "phorge") -> None:
+    def __init__(self, alias: str = "phorge", *, pool: SessionPool | None = None) -> None:
         self.alias = alias
+        self.pool = pool
         self.is_mysql = bool(connections[alias].vendor == "mysql")
         self.now_sql = "UNIX_TIMESTAMP()" if self.is_mysql else "CAST(strftime('%%s', 'now') AS INTEGER)"
-        self._local_locks: dict[str, threading.Lock] = {}
-        self._local_locks_guard = threading.Lock()
         now = self.now_sql
         # Built once: these run for every delivery.
-        rows_from = f"SELECT {_ROW_COLUMNS}, CASE WHEN status = 'queued' THEN properties END, {now} FROM {REQUESTS}"
-        self._scan_sql = f"{rows_from} WHERE id > %s ORDER BY id LIMIT %s"
-        self._fetch_sql = f"{rows_from} WHERE id IN "
+        self._scan_sql = f"SELECT {_ROW_COLUMNS}, NULL, {now} FROM {REQUESTS} WHERE id > %s ORDER BY id LIMIT %s"
+        with_properties = "CASE WHEN status = 'queued' THEN properties END"
+        self._fetch_sql = f"SELECT {_ROW_COLUMNS}, {with_properties}, {now} FROM {REQUESTS} WHERE id IN "
         version = self.greatest("dateModified + 1", now)
         claim_where = f"WHERE id = %s AND dateModified = %s AND {self.due_sql(positional=True)}"
         if self.is_mysql:
             self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = LAST_INSERT_ID({version}) {claim_where}"
+            self._locked_claim_sql = f"{self._claim_sql} AND IS_USED_LOCK(%s) = %s"
         else:
             self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = {version} {claim_where} RETURNING dateModified"
+            self._locked_claim_sql = self._claim_sql
         self._write_sql = {
             (attempted, with_properties): self._write_statement(attempted, with_properties)
             for attempted in (True, False)
@@ -113,6 +118,15 @@ class Store:
     @property
     def connection(self) -> Any:
         return connections[self.alias]
+
+    @contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        if self.pool is None:
+            with self.connection.cursor() as cursor:
+                yield cursor
+            return
+        with self.pool.connection() as connection, connection.cursor() as cursor:
+            yield cursor
 
     @property
     def requests_by_result(self) -> str:
@@ -152,7 +166,7 @@ class Store:
 
     def _rows(self, sql: str, params: Any) -> tuple[list[RequestRow], int | None]:
         """Rows of `sql` (whose last column is the database clock) and that clock, None without rows."""
-        with self.connection.cursor() as cursor:
+        with self._cursor() as cursor:
             cursor.execute(sql, params)
             fetched = cursor.fetchall()
         rows = [
@@ -173,25 +187,19 @@ class Store:
         return rows, (int(fetched[0][-1]) if fetched else None)
 
     def db_now(self) -> int:
-        with self.connection.cursor() as cursor:
+        with self._cursor() as cursor:
             cursor.execute(f"SELECT {self.now_sql}", ())  # with params, so '%%' becomes '%' on SQLite too
             return int(cursor.fetchone()[0])
 
     def max_request_id(self) -> tuple[int, int]:
         """The highest request id, and the database clock."""
-        with self.connection.cursor() as cursor:
+        with self._cursor() as cursor:
             cursor.execute(f"SELECT MAX(id), {self.now_sql} FROM {REQUESTS}", ())
             top, now = cursor.fetchone()
         return int(top or 0), int(now)
 
-    def ids_between(self, low: int, high: int) -> list[int]:
-        """Ids in (low, high], from the primary key alone."""
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT id FROM {REQUESTS} WHERE id > %s AND id <= %s", (low, high))
-            return [int(row[0]) for row in cursor.fetchall()]
-
     def scan_after(self, after_id: int, limit: int) -> tuple[list[RequestRow], int | None]:
-        """Rows above `after_id` in id order (any status; properties only for queued rows) + db clock."""
+        """Rows above `after_id` in id order (any status, no properties) + db clock."""
         return self._rows(self._scan_sql, (after_id, limit))
 
     def fetch(self, ids: list[int]) -> tuple[list[RequestRow], int | None]:
@@ -200,41 +208,106 @@ class Store:
             return [], None
         return self._rows(f"{self._fetch_sql}({', '.join(['%s'] * len(ids))})", ids)
 
-    def queued_up_to(self, max_id: int) -> tuple[list[RequestRow], int | None]:
-        """Every queued row at or below `max_id`, read through key_ratelimit, not the whole history.
-
-        Queued rows always carry lastRequestResult 'none' or 'fail' ('okay' goes with 'sent'), so the
-        index (webhookPHID, lastRequestResult, lastRequestEpoch) reaches them without touching the
-        retained sent rows; the hooks come from a loose scan of the same index.
-        """
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT DISTINCT webhookPHID FROM {REQUESTS}", ())
-            hooks = [_text(phid) for (phid,) in cursor.fetchall()]
-        if not hooks:
+    def in_ranges(self, ranges: Sequence[tuple[int, int]], limit: int) -> tuple[list[RequestRow], int | None]:
+        """Rows whose id lies in one of the closed ranges, in id order (no properties), by primary key."""
+        if not ranges:
             return [], None
-        sql = (
-            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.requests_by_result} "
-            f"WHERE webhookPHID IN ({', '.join(['%s'] * len(hooks))}) AND lastRequestResult IN ('none', 'fail') "
-            "AND status = 'queued' AND id <= %s"
+        where = " OR ".join(["id BETWEEN %s AND %s"] * len(ranges))
+        return self._rows(
+            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {REQUESTS} WHERE {where} ORDER BY id LIMIT %s",
+            [bound for pair in ranges for bound in pair] + [limit],
         )
-        return self._rows(sql, [*hooks, max_id])
+
+    def _union(self, branches: list[str]) -> str:
+        if self.is_mysql:
+            return " UNION ALL ".join(f"({branch})" for branch in branches)
+        return " UNION ALL ".join(f"SELECT * FROM ({branch})" for branch in branches)
+
+    def untried(self, cursors: Sequence[tuple[str, int]], limit: int) -> tuple[list[RequestRow], int | None]:
+        """Per hook, up to `limit` queued rows never attempted (`none`, epoch 0) above the hook's cursor id.
+
+        Read through key_ratelimit, whose (hook, 'none', 0) range is in id order: each read costs what it
+        returns plus the non-queued rows it steps over, never the hook's whole history.
+        """
+        if not cursors:
+            return [], None
+        branch = (
+            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.requests_by_result} "
+            "WHERE webhookPHID = %s AND lastRequestResult = 'none' AND lastRequestEpoch = 0 AND id > %s "
+            "AND status = 'queued' ORDER BY id LIMIT %s"
+        )
+        return self._rows(
+            self._union([branch] * len(cursors)), [v for hook, after in cursors for v in (hook, after, limit)]
+        )
+
+    def retries(
+        self, cursors: Sequence[tuple[str, int, int]], cutoff: int, limit: int
+    ) -> tuple[list[RequestRow], int | None]:
+        """Per hook, up to `limit` queued rows whose last attempt failed at or before `cutoff`, after the
+        hook's cursor (epoch, id), in the order they become due (key_ratelimit order)."""
+        if not cursors:
+            return [], None
+        branch = (
+            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.requests_by_result} "
+            "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch <= %s "
+            "AND (lastRequestEpoch > %s OR (lastRequestEpoch = %s AND id > %s)) AND status = 'queued' "
+            "ORDER BY lastRequestEpoch, id LIMIT %s"
+        )
+        params = [v for hook, epoch, after in cursors for v in (hook, cutoff, epoch, epoch, after, limit)]
+        return self._rows(self._union([branch] * len(cursors)), params)
+
+    def next_failures(self, hooks: Sequence[str], after_epoch: int) -> dict[str, int]:
+        """Per hook, the earliest failed attempt after `after_epoch` (any status: one index dive each)."""
+        if not hooks:
+            return {}
+        branch = (
+            f"SELECT webhookPHID, MIN(lastRequestEpoch) FROM {self.requests_by_result} "
+            "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch > %s GROUP BY webhookPHID"
+        )
+        with self._cursor() as cursor:
+            cursor.execute(self._union([branch] * len(hooks)), [v for hook in hooks for v in (hook, after_epoch)])
+            return {_text(phid): int(epoch) for phid, epoch in cursor.fetchall() if epoch is not None}
+
+    def hook_phids(self) -> list[str]:
+        """Every hook Phorge lists (herald_webhook is small: one row per configured hook)."""
+        with self._cursor() as cursor:
+            cursor.execute(f"SELECT phid FROM {HOOKS}")
+            return [_text(phid) for (phid,) in cursor.fetchall()]
+
+    def request_hooks_after(self, after: str, limit: int) -> list[str]:
+        """Distinct webhookPHIDs of the request table above `after`, by a loose scan of key_ratelimit
+        (one index dive per hook): finds requests whose hook is no longer in herald_webhook."""
+        sql = (
+            f"SELECT DISTINCT webhookPHID FROM {self.requests_by_result} WHERE webhookPHID > %s "
+            "ORDER BY webhookPHID LIMIT %s"
+        )
+        with self._cursor() as cursor:
+            cursor.execute(sql, (after, limit))
+            return [_text(phid) for (phid,) in cursor.fetchall()]
 
     def hooks(self) -> dict[str, Hook]:
-        with self.connection.cursor() as cursor:
+        with self._cursor() as cursor:
             cursor.execute(f"SELECT phid, name, status, webhookURI, hmacKey FROM {HOOKS}")
             return {
                 _text(phid): Hook(_text(phid), _text(name), _text(status), _text(uri), _text(key))
                 for phid, name, status, uri, key in cursor.fetchall()
             }
 
-    def claim(self, row: RequestRow, *, lease: int, retry_backoff: int) -> int | None:
+    def claim(
+        self, row: RequestRow, *, lease: int, retry_backoff: int, lock: tuple[str, int] | None = None
+    ) -> int | None:
         """Compare-and-set the version; returns the new version when this process won the row.
 
-        MySQL hands the new value back through LAST_INSERT_ID(expr), SQLite through RETURNING, so a
-        claim is one round trip.
+        With `lock` (name, session id) the claim also requires that session to hold the hook's named lock
+        right now. MySQL hands the new value back through LAST_INSERT_ID(expr), SQLite through RETURNING,
+        so a claim is one round trip.
         """
-        with self.connection.cursor() as cursor:
-            cursor.execute(self._claim_sql, (row.id, row.date_modified, retry_backoff, lease))
+        params: tuple[Any, ...] = (row.id, row.date_modified, retry_backoff, lease)
+        sql = self._claim_sql
+        if lock is not None and self.is_mysql:
+            sql, params = self._locked_claim_sql, (*params, *lock)
+        with self._cursor() as cursor:
+            cursor.execute(sql, params)
             if self.is_mysql:
                 return int(cursor.lastrowid) if cursor.rowcount == 1 else None
             won = cursor.fetchone()
@@ -254,7 +327,7 @@ class Store:
             if properties is not None
             else (status, result, row_id, version)
         )
-        with self.connection.cursor() as cursor:
+        with self._cursor() as cursor:
             cursor.execute(sql, params)
             if self.is_mysql:
                 return int(cursor.lastrowid) if cursor.rowcount == 1 else None
@@ -268,26 +341,9 @@ class Store:
             f"AND lastRequestResult = 'fail' AND lastRequestEpoch >= {self.now_sql} - %s "
             "ORDER BY lastRequestEpoch DESC LIMIT %s"
         )
-        with self.connection.cursor() as cursor:
+        with self._cursor() as cursor:
             cursor.execute(sql, (hook_phid, window, limit))
             return [int(r[0]) for r in cursor.fetchall()]
-
-    def try_lock(self, name: str) -> bool:
-        """Phorge's named lock with zero wait, on this thread's connection (in-process on SQLite)."""
-        if not self.is_mysql:
-            with self._local_locks_guard:
-                lock = self._local_locks.setdefault(name, threading.Lock())
-            return lock.acquire(blocking=False)
-        with self.connection.cursor() as cursor:
-            cursor.execute("SELECT GET_LOCK(%s, 0)", (name,))
-            return bool(cursor.fetchone()[0] == 1)
-
-    def release_lock(self, name: str) -> None:
-        if not self.is_mysql:
-            self._local_locks[name].release()
-            return
-        with self.connection.cursor() as cursor:
-            cursor.execute("SELECT RELEASE_LOCK(%s)", (name,))
 
     def close(self) -> None:
         self.connection.close()

@@ -1,14 +1,17 @@
-"""The claim-and-deliver loop behind `manage.py deliver_webhooks`.
+"""The main loop behind `manage.py deliver_webhooks`: poll, schedule, signals, heartbeat.
 
-The main thread polls (QueueTracker), groups due requests by hook and hands each hook to one pool thread
-at a time (a "job"). A job takes Phorge's named lock for the hook on its own connection (busy: the hook is
-skipped for now), checks Phorge's error breaker, then claims, delivers and writes its rows one by one.
-Hooks that are busy, in backoff or misconfigured never hold back the others.
+The main thread reads the queue window (window.QueueWindow), picks hooks with due rows and hands each to
+a delivery thread as a job (job.JobRunner: lock, breaker, claim, deliver, write). One job per hook at a
+time; hooks that are busy, in backoff or misconfigured never hold back the others, and capacity is shared
+out by lanes (Lanes) so that hooks whose receivers fail or hang cannot take it all.
+
+Connections to Phorge's database: the main thread's own, the lock session, and the session pool that the
+delivery threads borrow from one statement at a time: `db_pool_size + 2`, however many deliveries are in
+flight.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import signal
@@ -17,7 +20,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
@@ -26,13 +28,12 @@ from django.db import DatabaseError, connections
 from . import metrics
 from .config import DeliveryConfig
 from .dispatcher import Dispatcher
-from .locks import webhook_lock_name
-from .outcomes import Outcome, with_error
+from .job import Counters, Job, JobResult, JobRunner, Lane
 from .phorge_lookups import PhorgeObjects, PhpWorkerGuard, SilentMode
-from .phpjson import UndecodableProperties, decode_properties, encode_compact
+from .sessions import LockSession, SessionPool, close_quietly
 from .status.heartbeat import Heartbeat
-from .store import Hook, RequestRow, Store, is_due
-from .tracker import QueueTracker
+from .store import Hook, Store
+from .window import QueueWindow
 
 logger = logging.getLogger(__name__)
 
@@ -40,33 +41,61 @@ ROWS_PER_JOB = 32
 HEARTBEAT_SEC = 5.0
 HOOKS_RELOAD_SEC = 1.0
 LOCK_BUSY_SKIP_SEC = 1.0
+LOCK_CHECK_SEC = 1.0
 DB_RETRY_MAX_SEC = 30.0
-WRITE_MARGIN_SEC = 2.0
 
 
-class _Step(enum.Enum):
-    NEXT = "next"
-    LOST = "lost"  # the claim was lost: our snapshots may be stale
-    STOP = "stop"  # the hook tripped its breaker
+class Lanes:
+    """In-flight capacity shared out by what each hook's last attempt did.
 
+    Hooks whose last attempt failed or timed out get at most a quarter of it and take turns, least
+    recently tried first; with hooks this process has not heard from yet they get at most three quarters.
+    So hooks that answer always find a quarter free, however many receivers hang, and a hook that answers
+    for the first time is only ever behind hooks that were new at the same moment.
+    """
 
-@dataclass
-class Job:
-    hook_phid: str
-    hook: Hook | None
-    rows: list[RequestRow]
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.failing_limit = max(1, capacity // 4)
+        self.unproven_limit = max(1, capacity - capacity // 4)
+        self.running: Counter[Lane] = Counter()
+        self.answering: dict[str, bool] = {}
+        self.last_turn: dict[str, float] = {}
 
+    def lane(self, hook_phid: str, last_result: str) -> Lane:
+        known = self.answering.get(hook_phid)
+        if known is None:
+            # After a restart, a row that failed last time says how its hook was doing.
+            return Lane.FAILING if last_result == "fail" else Lane.NEW
+        return Lane.ANSWERING if known else Lane.FAILING
 
-@dataclass
-class JobResult:
-    hook_phid: str
-    finished: list[int] = field(default_factory=list)
-    retry: list[RequestRow] = field(default_factory=list)
-    recheck: list[int] = field(default_factory=list)
-    lock_busy: bool = False
-    breaker_closed: bool = False
-    backoff_until: int | None = None
-    database_error: bool = False
+    def admits(self, lane: Lane) -> bool:
+        if self.running.total() >= self.capacity:
+            return False
+        unproven = self.running[Lane.FAILING] + self.running[Lane.NEW]
+        if lane is Lane.FAILING:
+            return self.running[Lane.FAILING] < self.failing_limit and unproven < self.unproven_limit
+        if lane is Lane.NEW:
+            return unproven < self.unproven_limit
+        return True
+
+    def start(self, lane: Lane, hook_phid: str) -> None:
+        self.running[lane] += 1
+        self.last_turn[hook_phid] = time.monotonic()
+
+    def finish(self, lane: Lane, hook_phid: str, answered: bool | None) -> None:
+        self.running[lane] -= 1
+        if answered is not None:
+            self.answering[hook_phid] = answered
+
+    def order(self, candidates: list[tuple[int, str, Lane]]) -> list[tuple[str, Lane]]:
+        """Failing hooks first (they are capped), least recently tried first; then new and answering hooks,
+        oldest request first."""
+        failing = sorted(
+            (self.last_turn.get(hook, 0.0), first, hook) for first, hook, lane in candidates if lane is Lane.FAILING
+        )
+        others = [(hook, lane) for _first, hook, lane in candidates if lane is not Lane.FAILING]
+        return [(hook, Lane.FAILING) for _turn, _first, hook in failing] + others
 
 
 class Worker:
@@ -74,24 +103,39 @@ class Worker:
         self,
         config: DeliveryConfig,
         *,
-        store: Store | None = None,
         dispatcher: Dispatcher | None = None,
         max_concurrent: int | None = None,
         poll_interval_ms: int | None = None,
         once: bool = False,
+        alias: str = "phorge",
     ) -> None:
         self.config = config
-        self.store = store or Store()
+        self.alias = alias
+        self.reader = Store(alias)
+        self.pool = SessionPool(alias, config.db_pool_size)
+        self.locks = LockSession(alias)
         self.dispatcher = dispatcher or Dispatcher(
-            config, silent=SilentMode(config), objects=PhorgeObjects(config.namespace)
+            config,
+            silent=SilentMode(config, connection=self.pool.connection),
+            objects=PhorgeObjects(config.namespace, connection=self.pool.connection),
         )
         self.php_guard = PhpWorkerGuard(config.namespace)
         self.php_state: dict[str, Any] = {"state": "unknown"}
         self.max_concurrent = max_concurrent or config.max_concurrent
         self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
         self.once = once
-        self.tracker = QueueTracker(self.store, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
+        self.window = QueueWindow(self.reader, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
+        self.lanes = Lanes(self.max_concurrent)
         self.stopping = threading.Event()
+        self.counters = Counters()
+        self.runner = JobRunner(
+            config,
+            store=Store(alias, pool=self.pool),
+            locks=self.locks,
+            dispatcher=self.dispatcher,
+            counters=self.counters,
+            stopping=self.stopping,
+        )
         self.hooks: dict[str, Hook] = {}
         self._hooks_loaded = 0.0
         self.busy_hooks: set[str] = set()
@@ -100,29 +144,24 @@ class Worker:
         self.misconfigured: set[str] = set()
         self._db_down_since: float | None = None
         self._signals = 0
-        self._thread_connections: list[Any] = []
-        self._registry_lock = threading.Lock()
-        self.counts: Counter[str] = Counter()
-        self._counts_lock = threading.Lock()
         self.heartbeat = Heartbeat()
         self._last_heartbeat = 0.0
+        self._last_lock_check = 0.0
         self._reported: dict[str, int] = {}
 
     def count(self, key: str, amount: int = 1) -> None:
-        with self._counts_lock:
-            self.counts[key] += amount
+        self.counters.add(key, amount)
 
     def snapshot(self) -> dict[str, Any]:
         """The heartbeat state: what the dashboard and the health JSON show about this process."""
-        with self._counts_lock:
-            counts = dict(self.counts)
         now = time.monotonic()
         return {
             "version": 1,
             "max_concurrent": self.max_concurrent,
-            "in_flight": len(self.tracker.in_flight),
-            "tracked_queued": self.tracker.queued_count,
-            "counts": counts,
+            "in_flight": self.lanes.running.total(),
+            "lanes": {lane.value: self.lanes.running[lane] for lane in Lane},
+            "tracked_queued": self.window.held_count,
+            "counts": self.counters.snapshot(),
             "database_down_for_sec": None if self._db_down_since is None else round(now - self._db_down_since, 1),
             "hooks_in_backoff": dict(self.backoff_until),
             "hooks_misconfigured": sorted(self.misconfigured),
@@ -194,6 +233,7 @@ class Worker:
                 "lease_sec": self.config.claim_lease_sec,
                 "retry_backoff_sec": self.config.retry_backoff_sec,
                 "timeout_sec": self.config.delivery_timeout,
+                "database_connections": self.config.db_pool_size + 2,
             },
         )
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
@@ -202,6 +242,7 @@ class Worker:
             while not self.stopping.is_set():
                 self.php_state = self.php_guard.watch()
                 self._beat()
+                self._check_locks()
                 scheduled, more = self._poll_and_schedule(pool, running)
                 if self.once and not running and not scheduled and not more:
                     break
@@ -210,12 +251,19 @@ class Worker:
             for future in list(running):
                 self._absorb(future.result(), running.pop(future))
             pool.shutdown(wait=True)
-            self._report_activity(self.snapshot()["counts"])
+            self._report_activity(self.counters.snapshot())
             self.heartbeat.retire()
-            self._close_connections()
+            self.locks.close()
+            self.pool.close()
+            close_quietly(connections[self.alias])
             restore()
         logger.info("deliver_webhooks stopped")
         return 0
+
+    def _check_locks(self) -> None:
+        if time.monotonic() - self._last_lock_check >= LOCK_CHECK_SEC:
+            self._last_lock_check = time.monotonic()
+            self.locks.check()
 
     def _wait(self, running: dict[Future[JobResult], Job], busy: bool) -> None:
         if running:
@@ -236,47 +284,57 @@ class Worker:
             return False
         if self.skip_until.get(hook_phid, 0.0) > time.monotonic():
             return False
-        return self.backoff_until.get(hook_phid, 0) <= self.tracker.estimated_now()
+        return self.backoff_until.get(hook_phid, 0) <= self.window.estimated_now()
 
     def _poll_and_schedule(self, pool: ThreadPoolExecutor, running: dict[Future[JobResult], Job]) -> tuple[bool, bool]:
-        free = self.max_concurrent - len(running)
         try:
-            connections[self.store.alias].close_if_unusable_or_obsolete()
-            batches, more = self.tracker.poll(self._schedulable, hooks=max(free, 1), rows=ROWS_PER_JOB)
-            if batches and free > 0:
-                self._load_hooks(batches)
-                if self._note_misconfigured(batches):
-                    batches = [rows for rows in batches if rows[0].webhook_phid not in self.misconfigured]
+            connections[self.alias].close_if_unusable_or_obsolete()
+            more = self.window.poll()
+            candidates = self.window.candidates(self._schedulable)
+            if candidates and len(running) < self.max_concurrent:
+                self._load_hooks(candidates)
+                if self._note_misconfigured(candidates):
+                    candidates = [c for c in candidates if c[1] not in self.misconfigured]
             self._database_recovered()
         except DatabaseError:
             self._database_failed()
             return False, False
-        metrics.TRACKED_QUEUED.set(self.tracker.queued_count)
+        metrics.TRACKED_QUEUED.set(self.window.held_count)
+        lanes = [
+            (first, hook, self.lanes.lane(hook, self.window.hooks[hook].held[first].last_result))
+            for first, hook in candidates
+        ]
         scheduled = False
-        for rows in batches:
-            if free <= 0 or self.stopping.is_set():
+        for hook_phid, lane in self.lanes.order(lanes):
+            if self.stopping.is_set() or self.lanes.running.total() >= self.max_concurrent:
                 break
-            hook_phid = rows[0].webhook_phid
-            job = Job(hook_phid, self.hooks.get(hook_phid), rows)
+            if not self.lanes.admits(lane):
+                continue
+            job = Job(hook_phid, self.hooks.get(hook_phid), self.window.take(hook_phid, ROWS_PER_JOB), lane)
             self.busy_hooks.add(hook_phid)
-            self.tracker.in_flight.update(row.id for row in rows)
-            running[pool.submit(self._run_job, job)] = job
-            free -= 1
+            self.lanes.start(lane, hook_phid)
+            running[pool.submit(self.runner.run, job)] = job
             scheduled = True
-        metrics.IN_FLIGHT.set(len(self.tracker.in_flight))
-        return scheduled, more or (bool(batches) and free <= 0)
+        self._set_in_flight_metrics()
+        full = self.lanes.running.total() >= self.max_concurrent
+        return scheduled, more or (bool(candidates) and full)
 
-    def _load_hooks(self, batches: list[list[RequestRow]]) -> None:
+    def _set_in_flight_metrics(self) -> None:
+        metrics.IN_FLIGHT.set(self.lanes.running.total())
+        for lane in Lane:
+            metrics.LANE_IN_FLIGHT.labels(lane.value).set(self.lanes.running[lane])
+
+    def _load_hooks(self, candidates: list[tuple[int, str]]) -> None:
         """Hook rows (URI, key, status) at most HOOKS_RELOAD_SEC old, as PHP reads them per task."""
-        unknown = any(rows[0].webhook_phid not in self.hooks for rows in batches)
+        unknown = any(hook not in self.hooks for _first, hook in candidates)
         if unknown or time.monotonic() - self._hooks_loaded > HOOKS_RELOAD_SEC:
-            self.hooks = self.store.hooks()
+            self.hooks = self.reader.hooks()
             self._hooks_loaded = time.monotonic()
 
-    def _note_misconfigured(self, batches: list[list[RequestRow]]) -> bool:
-        """Track hooks with an empty HMAC key (never called unsigned); True if a batch belongs to one."""
+    def _note_misconfigured(self, candidates: list[tuple[int, str]]) -> bool:
+        """Track hooks with an empty HMAC key (never called unsigned); True if a candidate is one."""
         unsigned = {phid for phid, hook in self.hooks.items() if not hook.hmac_key}
-        waiting = {rows[0].webhook_phid for rows in batches}
+        waiting = {hook for _first, hook in candidates}
         for phid in (unsigned - self.misconfigured) & waiting:
             logger.error(
                 "hook has an empty HMAC key: its requests stay queued until a key is set",
@@ -290,16 +348,21 @@ class Worker:
 
     def _absorb(self, result: JobResult, job: Job) -> None:
         self.busy_hooks.discard(job.hook_phid)
-        self.tracker.in_flight.difference_update(row.id for row in job.rows)
-        for row_id in result.finished:
-            self.tracker.forget(row_id)
-        self.tracker.refresh(result.retry)
-        for row_id in result.recheck:
-            self.tracker.recheck_soon(row_id)
+        self.lanes.finish(job.lane, job.hook_phid, result.answered)
+        self.window.settle(
+            job.hook_phid,
+            job.rows,
+            done=result.done,
+            retried=result.retried,
+            fresh=result.fresh,
+            claimed=result.claimed,
+        )
         if result.lock_busy:
             metrics.LOCK_BUSY.inc()
             self.count("lock_busy")
             self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC
+        if result.lock_lost:
+            self.count("degraded.lock_lost")
         if result.breaker_closed and job.hook_phid in self.backoff_until:
             del self.backoff_until[job.hook_phid]
             logger.info("hook left error backoff", extra={"hook": job.hook_phid})
@@ -313,6 +376,7 @@ class Worker:
                 )
             self.backoff_until[job.hook_phid] = result.backoff_until
         metrics.HOOKS_IN_BACKOFF.set(len(self.backoff_until))
+        self._set_in_flight_metrics()
         if result.database_error:
             self._database_failed()
 
@@ -322,7 +386,7 @@ class Worker:
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
             logger.error("database unavailable: backing off and reconnecting; nothing is marked failed")
-        _close_quietly(connections[self.store.alias])
+        close_quietly(connections[self.alias])
         delay = min(DB_RETRY_MAX_SEC, 0.5 + (time.monotonic() - self._db_down_since) / 4)
         self.stopping.wait(delay)
 
@@ -333,187 +397,3 @@ class Worker:
                 extra={"outage_sec": round(time.monotonic() - self._db_down_since, 1)},
             )
             self._db_down_since = None
-
-    # -- pool threads: one hook at a time --------------------------------------------------------
-
-    def _register_thread_connection(self) -> None:
-        connection = connections[self.store.alias]
-        with self._registry_lock:
-            if all(known is not connection for known in self._thread_connections):
-                connection.inc_thread_sharing()
-                self._thread_connections.append(connection)
-
-    def _close_connections(self) -> None:
-        for connection in self._thread_connections:
-            _close_quietly(connection)
-        _close_quietly(connections[self.store.alias])
-
-    def _run_job(self, job: Job) -> JobResult:
-        result = JobResult(job.hook_phid)
-        self._register_thread_connection()
-        connection = connections[self.store.alias]
-        lock = webhook_lock_name(self.config.namespace, job.hook_phid)
-        try:
-            connection.close_if_unusable_or_obsolete()
-            if not self.store.try_lock(lock):
-                result.lock_busy = True
-                return result
-            try:
-                if self._in_backoff(job.hook_phid, result):
-                    return result
-                result.breaker_closed = True
-                pending = list(job.rows)
-                while pending and not self.stopping.is_set():
-                    step = self._deliver_row(job, pending.pop(0), result)
-                    if step is _Step.STOP:
-                        break
-                    if step is _Step.LOST and pending:
-                        pending = self._still_due(pending, result)
-            finally:
-                self.store.release_lock(lock)
-        except DatabaseError:
-            result.database_error = True
-            _close_quietly(connection)
-        except Exception:
-            logger.exception("unexpected error in delivery job", extra={"hook": job.hook_phid})
-        return result
-
-    def _in_backoff(self, hook_phid: str, result: JobResult) -> bool:
-        threshold = self.config.error_threshold
-        window = self.config.error_backoff_sec
-        epochs = self.store.recent_failures(hook_phid, window=window, limit=threshold)
-        if len(epochs) >= threshold:
-            result.backoff_until = epochs[threshold - 1] + window + 1
-            return True
-        return False
-
-    def _still_due(self, rows: list[RequestRow], result: JobResult) -> list[RequestRow]:
-        """After a lost claim our snapshots are likely stale (another process is at work): re-read them."""
-        fresh, now = self.store.fetch([row.id for row in rows])
-        by_id = {row.id: row for row in fresh}
-        keep = []
-        for row in rows:
-            current = by_id.get(row.id)
-            lease, retry = self.config.claim_lease_sec, self.config.retry_backoff_sec
-            if current is not None and now is not None and is_due(current, now, lease, retry):
-                keep.append(current)
-            else:
-                result.recheck.append(row.id)
-        return keep
-
-    def _deliver_row(self, job: Job, row: RequestRow, result: JobResult) -> _Step:
-        """Claim, deliver and write one row."""
-        if job.hook is not None and not job.hook.hmac_key:
-            return _Step.STOP
-        try:
-            properties: dict[str, Any] | None = decode_properties(row.properties or "")
-        except UndecodableProperties:
-            properties = None
-        version = self.store.claim(row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec)
-        if version is None:
-            metrics.CLAIMS.labels("lost").inc()
-            self.count("claims_lost")
-            result.recheck.append(row.id)
-            return _Step.LOST
-        metrics.CLAIMS.labels("won").inc()
-        self.count("claims_won")
-        claimed_at = time.monotonic()
-        if properties is None:
-            logger.error(
-                "request properties cannot be decoded: marked failed, column left untouched",
-                extra={"request": row.phid, "hook": row.webhook_phid},
-            )
-            written = self._write(row, version, claimed_at, "failed", "none", False, None)
-            metrics.DELIVERIES.labels("failed", "properties").inc()
-            self.count("deliveries.failed")
-            self._finish(row, written, result)
-            return _Step.NEXT
-        outcome = self.dispatcher.process(row, properties, job.hook)
-        new_properties = encode_compact(with_error(properties, outcome))
-        written = self._write(
-            row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
-        )
-        self._record(row, outcome, written)
-        if written is not None and outcome.retried:
-            result.retry.append(
-                replace(
-                    row,
-                    last_result=outcome.result,
-                    last_epoch=written,
-                    date_modified=written,
-                    properties=new_properties,
-                )
-            )
-        else:
-            self._finish(row, written, result)
-        if outcome.result == "fail" and self._in_backoff(row.webhook_phid, result):
-            return _Step.STOP
-        return _Step.NEXT
-
-    def _finish(self, row: RequestRow, written: int | None, result: JobResult) -> None:
-        if written is None:
-            result.recheck.append(row.id)
-        else:
-            result.finished.append(row.id)
-
-    def _write(
-        self,
-        row: RequestRow,
-        version: int,
-        claimed_at: float,
-        status: str,
-        result: str,
-        attempted: bool,
-        properties: str | None,
-    ) -> int | None:
-        """Write the outcome, retrying through a database outage while our claim can still hold."""
-        give_up = claimed_at + self.config.claim_lease_sec - WRITE_MARGIN_SEC
-        delay = 0.2
-        while True:
-            try:
-                written = self.store.write_outcome(
-                    row.id, version, status=status, result=result, attempted=attempted, properties=properties
-                )
-                if written is None:
-                    metrics.DEGRADED.labels("claim_lost_before_write").inc()
-                    self.count("degraded.claim_lost_before_write")
-                    logger.warning("claim expired before the result was written", extra={"request": row.phid})
-                return written
-            except DatabaseError:
-                _close_quietly(connections[self.store.alias])
-                metrics.DEGRADED.labels("result_write_retry").inc()
-                self.count("degraded.result_write_retry")
-                if time.monotonic() + delay > give_up:
-                    logger.error(
-                        "result could not be written before the lease ran out; the request will be retried",
-                        extra={"request": row.phid},
-                    )
-                    return None
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _record(self, row: RequestRow, outcome: Outcome, written: int | None) -> None:
-        label = "sent" if outcome.status == "sent" else "retry" if outcome.retried else "failed"
-        metrics.DELIVERIES.labels(label, outcome.error_type).inc()
-        self.count(f"deliveries.{label}")
-        extra = {
-            "request": row.phid,
-            "hook": row.webhook_phid,
-            "status": outcome.status,
-            "error_type": outcome.error_type,
-            "error_code": outcome.error_code,
-        }
-        if written is None:
-            return
-        if outcome.status == "sent":
-            logger.debug("webhook delivered", extra=extra)
-        else:
-            logger.warning("webhook request failed", extra=extra)
-
-
-def _close_quietly(connection: Any) -> None:
-    """Drop a connection that may already be broken (closing one can itself raise)."""
-    try:
-        connection.close()
-    except DatabaseError:
-        connection.connection = None

@@ -1,0 +1,274 @@
+"""One hook's turn on a delivery thread: lock, breaker, then claim, deliver and write its rows one by one.
+
+The job takes Phorge's named lock for the hook (busy: the hook is skipped for now), checks Phorge's error
+breaker, re-reads its rows, then delivers them oldest first. It hands the hook back after the first failed
+or timed-out attempt: the rest of its rows go back to the window for a later turn, so a dead receiver
+costs one timeout per turn, never a batch of them. Every statement goes through the process's session
+pool; the lock lives on the process's lock session.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import DatabaseError
+
+from . import metrics
+from .config import DeliveryConfig
+from .dispatcher import Dispatcher
+from .locks import webhook_lock_name
+from .outcomes import Outcome, with_error
+from .phpjson import UndecodableProperties, decode_properties, encode_compact
+from .sessions import LockSession
+from .store import Hook, RequestRow, Store, is_due
+
+logger = logging.getLogger(__name__)
+
+WRITE_MARGIN_SEC = 2.0
+
+
+class Lane(enum.Enum):
+    """Where a job's attempts count (see worker.Lanes)."""
+
+    ANSWERING = "answering"  # the hook's last attempt succeeded
+    NEW = "new"  # no attempt of the hook seen yet by this process
+    FAILING = "failing"  # the hook's last attempt failed or timed out
+
+
+@dataclass
+class Job:
+    hook_phid: str
+    hook: Hook | None
+    rows: list[RequestRow]
+    lane: Lane = Lane.NEW
+
+
+@dataclass
+class JobResult:
+    hook_phid: str
+    done: list[int] = field(default_factory=list)  # no longer queued
+    retried: list[tuple[int, int]] = field(default_factory=list)  # (id, epoch): queued again after a failure
+    fresh: list[RequestRow] = field(default_factory=list)  # re-read: newer snapshots for the window
+    claimed: list[int] = field(default_factory=list)  # claimed, outcome not written: wait for the lease
+    answered: bool | None = None  # True after a 2xx, False after a failed or timed-out attempt
+    lock_busy: bool = False
+    lock_lost: bool = False
+    breaker_closed: bool = False
+    backoff_until: int | None = None
+    database_error: bool = False
+
+
+class Counters:
+    """Counts shared by the job threads and the main thread (heartbeat, activity line)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, key: str, amount: int = 1) -> None:
+        with self._lock:
+            self.values[key] = self.values.get(key, 0) + amount
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.values)
+
+
+class _Stop(Exception):
+    """End the job early; the rows it did not reach go back to the window as they were."""
+
+
+class JobRunner:
+    """Runs jobs on delivery threads; holds nothing per job."""
+
+    def __init__(
+        self,
+        config: DeliveryConfig,
+        *,
+        store: Store,
+        locks: LockSession,
+        dispatcher: Dispatcher,
+        counters: Counters,
+        stopping: threading.Event,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.locks = locks
+        self.dispatcher = dispatcher
+        self.counters = counters
+        self.stopping = stopping
+
+    def run(self, job: Job) -> JobResult:
+        result = JobResult(job.hook_phid)
+        name = webhook_lock_name(self.config.namespace, job.hook_phid)
+        try:
+            token = self.locks.acquire(name)
+            if token is None:
+                result.lock_busy = True
+                return result
+            try:
+                if self._in_backoff(job.hook_phid, result):
+                    return result
+                result.breaker_closed = True
+                self._deliver_rows(job, result, name, token)
+            finally:
+                self.locks.release(name, token)
+        except _Stop:
+            pass
+        except DatabaseError:
+            result.database_error = True
+        except Exception:
+            logger.exception("unexpected error in delivery job", extra={"hook": job.hook_phid})
+        return result
+
+    def _in_backoff(self, hook_phid: str, result: JobResult) -> bool:
+        threshold = self.config.error_threshold
+        window = self.config.error_backoff_sec
+        epochs = self.store.recent_failures(hook_phid, window=window, limit=threshold)
+        if len(epochs) >= threshold:
+            result.backoff_until = epochs[threshold - 1] + window + 1
+            return True
+        return False
+
+    def _reread(self, rows: list[RequestRow], result: JobResult) -> list[RequestRow]:
+        """The rows as they are now (with properties); those no longer due go back to the window."""
+        fresh, now = self.store.fetch([row.id for row in rows])
+        by_id = {row.id: row for row in fresh}
+        due = []
+        for row in rows:
+            current = by_id.get(row.id)
+            if current is None or current.status != "queued":
+                result.done.append(row.id)
+            elif now is not None and is_due(current, now, self.config.claim_lease_sec, self.config.retry_backoff_sec):
+                due.append(current)
+            else:
+                result.fresh.append(current)
+        return due
+
+    def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int) -> None:
+        pending = self._reread(job.rows, result)
+        lost_once: set[int] = set()
+        while pending and not self.stopping.is_set():
+            row = pending.pop(0)
+            holder = self.locks.holder(token)
+            if self.locks.is_mysql and holder is None:
+                result.lock_lost = True
+                return
+            outcome = self._deliver_row(job, row, result, None if holder is None else (name, holder))
+            if outcome is None:  # claim lost: our snapshots are likely stale, or the lock is gone
+                if not self.locks.holds(name, token):
+                    result.lock_lost = True
+                    return
+                if row.id in lost_once:
+                    result.fresh.append(row)
+                    continue
+                lost_once.add(row.id)
+                pending = self._reread([row, *pending], result)
+            elif outcome.result == "fail":
+                return  # hand the hook back: its other rows wait for a later turn
+
+    def _deliver_row(
+        self, job: Job, row: RequestRow, result: JobResult, lock: tuple[str, int] | None
+    ) -> Outcome | None:
+        """Claim, deliver and write one row; None when the claim was lost."""
+        if job.hook is not None and not job.hook.hmac_key:
+            raise _Stop
+        try:
+            properties: dict[str, Any] | None = decode_properties(row.properties or "")
+        except UndecodableProperties:
+            properties = None
+        version = self.store.claim(
+            row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
+        )
+        if version is None:
+            metrics.CLAIMS.labels("lost").inc()
+            self.counters.add("claims_lost")
+            return None
+        metrics.CLAIMS.labels("won").inc()
+        self.counters.add("claims_won")
+        claimed_at = time.monotonic()
+        if properties is None:
+            logger.error(
+                "request properties cannot be decoded: marked failed, column left untouched",
+                extra={"request": row.phid, "hook": row.webhook_phid},
+            )
+            written = self._write(row, version, claimed_at, "failed", "none", False, None)
+            metrics.DELIVERIES.labels("failed", "properties").inc()
+            self.counters.add("deliveries.failed")
+            (result.done if written is not None else result.claimed).append(row.id)
+            return Outcome("failed", "none", "hook", "properties", attempted=False)
+        outcome = self.dispatcher.process(row, properties, job.hook)
+        new_properties = encode_compact(with_error(properties, outcome))
+        written = self._write(
+            row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
+        )
+        self._record(row, outcome, written)
+        if outcome.result == "okay":
+            result.answered = True
+        elif outcome.result == "fail":
+            result.answered = False
+        if written is None:
+            result.claimed.append(row.id)
+        elif outcome.retried:
+            result.retried.append((row.id, written))
+        else:
+            result.done.append(row.id)
+        return outcome
+
+    def _write(
+        self,
+        row: RequestRow,
+        version: int,
+        claimed_at: float,
+        status: str,
+        result: str,
+        attempted: bool,
+        properties: str | None,
+    ) -> int | None:
+        """Write the outcome, retrying through a database outage while our claim can still hold."""
+        give_up = claimed_at + self.config.claim_lease_sec - WRITE_MARGIN_SEC
+        delay = 0.2
+        while True:
+            try:
+                written = self.store.write_outcome(
+                    row.id, version, status=status, result=result, attempted=attempted, properties=properties
+                )
+                if written is None:
+                    metrics.DEGRADED.labels("claim_lost_before_write").inc()
+                    self.counters.add("degraded.claim_lost_before_write")
+                    logger.warning("claim expired before the result was written", extra={"request": row.phid})
+                return written
+            except DatabaseError:
+                metrics.DEGRADED.labels("result_write_retry").inc()
+                self.counters.add("degraded.result_write_retry")
+                if time.monotonic() + delay > give_up:
+                    logger.error(
+                        "result could not be written before the lease ran out; the request will be retried",
+                        extra={"request": row.phid},
+                    )
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _record(self, row: RequestRow, outcome: Outcome, written: int | None) -> None:
+        label = "sent" if outcome.status == "sent" else "retry" if outcome.retried else "failed"
+        metrics.DELIVERIES.labels(label, outcome.error_type).inc()
+        self.counters.add(f"deliveries.{label}")
+        extra = {
+            "request": row.phid,
+            "hook": row.webhook_phid,
+            "status": outcome.status,
+            "error_type": outcome.error_type,
+            "error_code": outcome.error_code,
+        }
+        if written is None:
+            return
+        if outcome.status == "sent":
+            logger.debug("webhook delivered", extra=extra)
+        else:
+            logger.warning("webhook request failed", extra=extra)

@@ -1,0 +1,185 @@
+"""A worker process's sessions on Phorge's database, decoupled from the deliveries in flight.
+
+Deliveries run on many threads, but they do not each hold a connection:
+
+* `SessionPool`: a few connections shared by every delivery thread, borrowed for one statement at a time
+  (claims, result writes, the breaker query, Phorge lookups);
+* `LockSession`: one connection that holds Phorge's per-hook named locks for the whole process. One
+  MariaDB/MySQL session may hold many named locks (MariaDB 10.0.2+, MySQL 5.7+). If that session dies, all
+  its locks are gone at once: the session says so once, and every claim carries a check that the hook's
+  lock is still held by it (`IS_USED_LOCK(name) = <its connection id>`), so nothing new is started for a
+  hook whose lock was lost.
+
+With the main thread's own connection (polls), a process holds `pool size + 2` connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import DatabaseError, connections
+
+from . import metrics
+
+logger = logging.getLogger(__name__)
+
+
+def close_quietly(connection: Any) -> None:
+    """Drop a connection that may already be broken (closing one can itself raise)."""
+    try:
+        connection.close()
+    except DatabaseError:
+        connection.connection = None
+
+
+def _new_wrapper(alias: str) -> Any:
+    wrapper = connections.create_connection(alias)
+    wrapper.inc_thread_sharing()  # created here, used from any thread, one at a time
+    return wrapper
+
+
+class SessionPool:
+    """`size` connections, each lent to one thread at a time; a broken one is closed and reopened on next use."""
+
+    def __init__(self, alias: str, size: int) -> None:
+        self.alias = alias
+        self.size = size
+        self._free: queue.LifoQueue[Any] = queue.LifoQueue()
+        self._all = [_new_wrapper(alias) for _ in range(size)]
+        for wrapper in self._all:
+            self._free.put(wrapper)
+
+    @property
+    def vendor(self) -> str:
+        return str(self._all[0].vendor)
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        wrapper = self._free.get()
+        try:
+            wrapper.close_if_unusable_or_obsolete()
+            yield wrapper
+        except DatabaseError:
+            close_quietly(wrapper)
+            raise
+        finally:
+            self._free.put(wrapper)
+
+    def close(self) -> None:
+        for wrapper in self._all:
+            close_quietly(wrapper)
+
+
+class LockLost(DatabaseError):
+    """The lock session is gone, and every hook lock it held with it."""
+
+
+class LockSession:
+    """Phorge's named per-hook locks (GET_LOCK, zero wait) for a whole process, on one connection.
+
+    `acquire` returns a token (the session's generation) to hand back to `release`; a token from before a
+    lost session is stale, and releasing with it does nothing. On SQLite (the demo) the locks are
+    in-process only.
+    """
+
+    def __init__(self, alias: str) -> None:
+        self._wrapper = _new_wrapper(alias)
+        self.is_mysql = self._wrapper.vendor == "mysql"
+        self._mutex = threading.Lock()
+        self._local: dict[str, threading.Lock] = {}
+        self.generation = 0
+        self.holder_id: int | None = None
+        self.held: set[str] = set()
+
+    def _cursor_locked(self) -> Any:
+        if self.holder_id is None:
+            with self._wrapper.cursor() as cursor:
+                cursor.execute("SELECT CONNECTION_ID()")
+                self.holder_id = int(cursor.fetchone()[0])
+        return self._wrapper.cursor()
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
+        """One statement on the lock connection (mutex held by the caller); a failure loses the session."""
+        try:
+            with self._cursor_locked() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchone()[0]
+        except DatabaseError as exc:
+            self._lose()
+            raise LockLost("the lock session is gone") from exc
+
+    def _lose(self) -> None:
+        lost = len(self.held)
+        self.generation += 1
+        self.held.clear()
+        self.holder_id = None
+        close_quietly(self._wrapper)
+        if lost:
+            metrics.DEGRADED.labels("lock_session_lost").inc()
+            logger.error(
+                "lost the database session holding hook locks: no new delivery for those hooks until they "
+                "are locked again; attempts in flight finish and write only with their claim",
+                extra={"hooks": lost},
+            )
+
+    def acquire(self, name: str) -> int | None:
+        """The token if this process now holds `name`, None if someone else does. Raises LockLost."""
+        with self._mutex:
+            if not self.is_mysql:
+                lock = self._local.setdefault(name, threading.Lock())
+                if not lock.acquire(blocking=False):
+                    return None
+            elif self._run("SELECT GET_LOCK(%s, 0)", (name,)) != 1:
+                return None
+            self.held.add(name)
+            return self.generation
+
+    def release(self, name: str, token: int) -> None:
+        with self._mutex:
+            if token != self.generation or name not in self.held:
+                return  # the session that held it is gone, and the lock with it
+            self.held.discard(name)
+            if not self.is_mysql:
+                self._local[name].release()
+                return
+            try:
+                self._run("SELECT RELEASE_LOCK(%s)", (name,))
+            except LockLost:
+                pass  # logged once by _lose(); the server released everything anyway
+
+    def holds(self, name: str, token: int) -> bool:
+        """Whether the lock taken with `token` is still ours, asked of the server (after a failed claim)."""
+        with self._mutex:
+            if token != self.generation or name not in self.held:
+                return False
+            if not self.is_mysql:
+                return True
+            try:
+                return bool(self._run("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (name,)))
+            except LockLost:
+                return False
+
+    def holder(self, token: int) -> int | None:
+        """The server's id of the session behind `token`, for the claim's lock check (None: not MySQL)."""
+        with self._mutex:
+            return self.holder_id if self.is_mysql and token == self.generation else None
+
+    def check(self) -> None:
+        """Ping the session while it holds locks, so a killed or dropped connection is noticed promptly."""
+        with self._mutex:
+            if self.is_mysql and self.holder_id is not None:
+                try:
+                    self._run("SELECT 1", ())
+                except LockLost:
+                    pass
+
+    def close(self) -> None:
+        with self._mutex:
+            self.held.clear()
+            self.generation += 1
+            close_quietly(self._wrapper)
