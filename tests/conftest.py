@@ -7,7 +7,7 @@ import json
 import os
 import secrets
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -267,3 +267,20 @@ def _phorge_url() -> str:
     db = settings.DATABASES["phorge"]
     auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
     return f"mysql://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Starts real `manage.py deliver_webhooks` processes (tests.processes.WorkerProcess), killed at the end."""
+    from tests.processes import WorkerProcess
+
+    started: list[WorkerProcess] = []
+
+    def make(name: str, *args: str, **env: str) -> WorkerProcess:
+        process = WorkerProcess(tmp_path, name, *args, **env)
+        started.append(process)
+        return process
+
+    yield make
+    for process in started:
+        process.stop()

@@ -21,8 +21,8 @@ import MySQLdb
 import pytest
 
 from tests.conftest import FIXTURES, dump_statements, random_key, random_phid
+from tests.processes import WorkerProcess, wait_for
 from tests.receiver import Receiver
-from tests.test_processes import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.slow
 NAMESPACE = "outage"

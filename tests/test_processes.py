@@ -2,115 +2,28 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connections
 
-from tests.conftest import PHORGE_DB, Phorge, as_request_row, mysql_admin, random_phid, worker_env
+from tests.conftest import PHORGE_DB, Phorge, as_request_row, mysql_admin
+from tests.processes import WorkerProcess, count_status, seed, wait_for
 from tests.receiver import Receiver
 from webhook_delivery.locks import webhook_lock_name
 from webhook_delivery.store import is_due
 
 pytestmark = [PHORGE_DB, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class WorkerProcess:
-    def __init__(self, tmp: Path, name: str, *args: str, **env: str) -> None:
-        self.log = tmp / f"{name}.log"
-        self.args = args
-        self.env = worker_env(LOG_FORMAT="json", **env)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> WorkerProcess:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "manage.py", "deliver_webhooks", *self.args],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        return self
-
-    def signal(self, signum: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signum)
-
-    def wait(self, timeout: float) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout)
-
-    def lines(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log.read_text().splitlines():
-            if line.startswith("{"):
-                out.append(json.loads(line))
-        return out
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
-    started: list[WorkerProcess] = []
-
-    def make(name: str, *args: str, **env: str) -> WorkerProcess:
-        process = WorkerProcess(tmp_path, name, *args, **env)
-        started.append(process)
-        return process
-
-    yield make
-    for process in started:
-        process.stop()
-
-
-def seed(phorge: Phorge, hooks: list[str], count: int, *, retry: str = "forever") -> list[str]:
-    """`count` queued requests spread round-robin over `hooks`, each with its own object PHID."""
-    now = phorge.now()
-    rows = []
-    objects = []
-    for i in range(count):
-        hook = hooks[i % len(hooks)]
-        obj = random_phid("TASK")
-        objects.append(obj)
-        properties = json.dumps({"retry": retry, "transactionPHIDs": [], "triggerPHIDs": [hook]}, separators=(",", ":"))
-        rows.append((random_phid("HWBR"), hook, obj, "queued", properties, "none", 0, now, now))
-    with connections["phorge"].cursor() as cursor:
-        cursor.executemany(
-            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, "
-            "lastRequestResult, lastRequestEpoch, dateCreated, dateModified) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            rows,
-        )
-    return objects
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def count_status(phorge: Phorge, status: str) -> int:
-    return int(phorge.execute("SELECT COUNT(*) FROM herald_webhookrequest WHERE status = %s", (status,))[0][0])
 
 
 def free_port() -> int:

@@ -353,8 +353,9 @@ class QueueWindow:
                         break
                     hook.retry_cursor = (row.last_epoch, row.id)
                 if complete:
-                    # Everything that failed up to the cutoff is read; the current second stays open.
-                    hook.retry_cursor = max(hook.retry_cursor, (cutoff - 1, _END))
+                    # Everything that failed up to the cutoff is read. Failures written from now on carry
+                    # a later epoch, unless the backoff is under two seconds of our clock's precision.
+                    hook.retry_cursor = max(hook.retry_cursor, (min(cutoff, now - 2), _END))
                     caught_up.append(phid)
                 else:
                     self._retry_at(hook, now)

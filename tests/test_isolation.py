@@ -1,0 +1,183 @@
+"""A dead receiver holds back no healthy one; many deliveries in flight share a few connections; losing the
+session that holds the hook locks loses nothing and duplicates nothing. Real MariaDB, receivers, processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import PHORGE_DB, Phorge, mysql_admin
+from tests.processes import WorkerProcess, count_status, seed, wait_for
+from tests.receiver import Receiver
+from webhook_delivery.dispatcher import Dispatcher
+from webhook_delivery.job import Counters, Job, JobRunner
+from webhook_delivery.locks import webhook_lock_name
+from webhook_delivery.sessions import LockSession, SessionPool
+from webhook_delivery.store import Store
+from webhook_delivery.worker import Worker
+
+pytestmark = PHORGE_DB
+
+
+def tcp_ports(pid: int) -> set[int]:
+    """The local TCP ports of a process's sockets (Linux /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        target = os.readlink(fd)
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def dead_in_flight(receiver: Receiver) -> int:
+    with receiver.state.lock:
+        return sum(n for path, n in receiver.state.in_flight.items() if path.startswith("/dead"))
+
+
+def test_a_failing_hooks_job_stops_after_its_first_failed_attempt(phorge: Phorge, delivery_config: Any) -> None:
+    with Receiver() as receiver:
+        hook = phorge.hook(receiver.url("/down/s503"))
+        phids = [phorge.request(hook, retry="forever") for _ in range(5)]
+        pool = SessionPool("phorge", 2)
+        locks = LockSession("phorge")
+        try:
+            runner = JobRunner(
+                delivery_config,
+                store=Store("phorge", pool=pool),
+                locks=locks,
+                dispatcher=Dispatcher(delivery_config),
+                counters=Counters(),
+                stopping=threading.Event(),
+            )
+            hooks = Store().hooks()
+            result = runner.run(Job(hook, hooks[hook], [phorge.snapshot(phid) for phid in phids]))
+        finally:
+            locks.close()
+            pool.close()
+        assert len(receiver.requests) == 1
+        assert result.answered is False and len(result.retried) == 1 and not result.done
+        untouched = [phorge.row(phid) for phid in phids[1:]]
+        assert all((row["lastRequestResult"], row["dateModified"]) == ("none", row["dateCreated"]) for row in untouched)
+
+
+def test_a_hook_that_answers_is_delivered_while_many_receivers_hang(phorge: Phorge, delivery_config: Any) -> None:
+    """Eight slots, twelve hooks whose receiver never answers: the answering hook's requests still go out
+    while every hung call is still hanging, and every hung hook gets its turn afterwards."""
+    with Receiver(hold_seconds=30) as receiver:
+        healthy = phorge.hook(receiver.url("/healthy/ok"))
+        first = phorge.request(healthy)
+        config = dataclasses.replace(delivery_config, delivery_timeout=5.0, claim_lease_sec=12, poll_interval_ms=20)
+        worker = Worker(config, max_concurrent=8)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            wait_for(lambda: phorge.row(first)["status"] == "sent", 10, "the first healthy request")
+            dead = [phorge.hook(receiver.url(f"/dead{i}/timeout")) for i in range(12)]
+            for hook in dead:
+                phorge.request(hook, retry="forever")
+                phorge.request(hook, retry="forever")
+            wait_for(lambda: dead_in_flight(receiver) >= 6, 10, "hung calls")
+            hung = dead_in_flight(receiver)
+            later = [phorge.request(healthy) for _ in range(5)]
+            wait_for(lambda: all(phorge.row(p)["status"] == "sent" for p in later), 10, "the healthy requests")
+            assert dead_in_flight(receiver) >= hung  # none of the hung calls had timed out meanwhile
+            assert worker.lanes.running.total() <= 8
+
+            def tried() -> set[str]:
+                return {r.path.rsplit("/", 1)[0] for r in receiver.requests if r.path.startswith("/dead")}
+
+            wait_for(lambda: len(tried()) == 12, 30, "a turn for every hung hook")
+        finally:
+            worker.stop()
+            thread.join(30)
+        assert not thread.is_alive()
+        assert receiver.state.max_in_flight["/healthy"] == 1
+
+
+@pytest.mark.slow
+def test_one_call_in_flight_per_hook_across_two_processes_with_locks_on_one_session(
+    phorge: Phorge, workers: Callable[..., WorkerProcess]
+) -> None:
+    with Receiver(slow_seconds=0.15) as receiver:
+        hooks = [phorge.hook(receiver.url(f"/shared{i}/slow")) for i in range(6)]
+        objects = seed(phorge, hooks, 120)
+        running = [workers(f"w{i}", "--poll-interval-ms", "20").start() for i in range(2)]
+        wait_for(lambda: count_status(phorge, "sent") == 120, 90, "every request")
+        for process in running:
+            process.signal(signal.SIGTERM)
+        assert [process.wait(30) for process in running] == [0, 0]
+        assert Counter(r.object_phid for r in receiver.requests) == Counter(objects)
+        assert set(receiver.state.max_in_flight.values()) == {1}
+
+
+@pytest.mark.slow
+def test_many_deliveries_in_flight_hold_a_handful_of_connections(
+    phorge: Phorge, workers: Callable[..., WorkerProcess]
+) -> None:
+    with Receiver(slow_seconds=3.0) as receiver:
+        hooks = [phorge.hook(receiver.url(f"/many{i}/slow")) for i in range(48)]
+        seed(phorge, hooks, 48)
+        worker = workers("many", "--max-concurrent", "64", "--poll-interval-ms", "20").start()
+        wait_for(lambda: receiver.state.in_flight.total() >= 40, 20, "forty calls in flight")
+        assert worker.proc is not None
+        ports = tcp_ports(worker.proc.pid)
+        sessions = phorge.execute(
+            "SELECT HOST FROM information_schema.PROCESSLIST WHERE DB = %s", (settings.DATABASES["phorge"]["NAME"],)
+        )
+        held = sum(1 for (host,) in sessions if int(host.rsplit(":", 1)[1]) in ports)
+        in_flight = receiver.state.in_flight.total()
+        wait_for(lambda: count_status(phorge, "sent") == 48, 30, "every request")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    assert in_flight >= 40
+    assert held <= settings.GORGE_WEBHOOK.db_pool_size + 2
+
+
+@pytest.mark.slow
+def test_killing_the_lock_session_loses_nothing_and_sends_nothing_twice(
+    phorge: Phorge, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    with Receiver(slow_seconds=0.3) as receiver:
+        hooks = [phorge.hook(receiver.url(f"/k{i}/slow")) for i in range(6)]
+        objects = seed(phorge, hooks, 90)
+        worker = workers("killed", "--poll-interval-ms", "20").start()
+        wait_for(lambda: receiver.state.in_flight.total() >= 4, 20, "calls in flight")
+        admin = mysql_admin()
+        cursor = admin.cursor()
+        namespace = settings.GORGE_WEBHOOK.namespace
+        holders: set[int] = set()
+        deadline = time.monotonic() + 10
+        while not holders:
+            assert time.monotonic() < deadline, "no hook lock held"
+            for hook in hooks:
+                cursor.execute("SELECT IS_USED_LOCK(%s)", (webhook_lock_name(namespace, hook),))
+                holder = cursor.fetchone()[0]
+                if holder is not None:
+                    holders.add(int(holder))
+        assert len(holders) == 1  # every hook lock of the process on one session
+        cursor.execute(f"KILL {holders.pop()}")
+        admin.close()
+        wait_for(lambda: count_status(phorge, "sent") == 90, 60, "delivery to resume and finish")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+        answered = Counter(r.object_phid for r in receiver.requests if r.answered_at)
+    assert answered == Counter(objects)  # nothing lost, nothing twice
+    assert set(receiver.state.max_in_flight.values()) == {1}
+    lost = [line for line in worker.lines() if line["message"].startswith("lost the database session holding")]
+    assert len(lost) == 1
