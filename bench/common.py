@@ -76,6 +76,34 @@ def wait_for_port(port: int, timeout: float) -> None:
             time.sleep(0.05)
 
 
+def tcp_ports(pid: int) -> set[int]:
+    """The local TCP ports of a process's sockets (Linux /proc): which server sessions are its own."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def process_status(pid: int) -> dict[str, str]:
+    """/proc/<pid>/status as a dict (VmRSS, Threads, ...); empty when the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    return {key: value.strip() for key, _, value in (line.partition(":") for line in text.splitlines())}
+
+
 def process_cpu_seconds(pid: int) -> float | None:
     """utime + stime of a running process (None when it is gone or unreadable)."""
     try:

@@ -304,3 +304,85 @@ def _build_history(db: HeraldDB, rows: int, *, log: Any) -> None:
         )
         log(f"  {high:,} / {rows:,} rows")
     db.execute("ANALYZE TABLE herald_webhookrequest")
+
+
+# -- a queued backlog (after an outage) ------------------------------------------------------------
+
+BACKLOG_HOOKS = 100
+_SENT_SUFFIX = ',"errorType":"http","errorCode":200}'
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The backlog database: `rows` queued, due, never attempted `retry=forever` requests over 100 hooks."""
+
+    db: HeraldDB
+    hooks: list[Hook]
+    built_now: bool
+    build_seconds: float
+
+
+def ensure_backlog(name: str, rows: int, *, log: Any) -> Backlog:
+    """Reuse `name` when it holds exactly the expected backlog (put back as it was); otherwise build it."""
+    db = HeraldDB(name)
+    started = time.monotonic()
+    built_now = False
+    if db.exists():
+        try:
+            reset_backlog(db)
+            intact = db.execute("SELECT COUNT(*) FROM herald_webhook")[0][0] == BACKLOG_HOOKS and db.execute(
+                "SELECT COUNT(*), SUM(status = 'queued' AND lastRequestResult = 'none') FROM herald_webhookrequest"
+            )[0] == (rows, rows)
+        except MySQLdb.Error:
+            intact = False
+    else:
+        intact = False
+    if not intact:
+        log(f"building {name}: {rows:,} queued requests over {BACKLOG_HOOKS} hooks (cached afterwards)")
+        db.create()
+        hooks = [db.add_hook(f"http://127.0.0.1:9/b{i}", name=f"backlog {i}") for i in range(BACKLOG_HOOKS)]
+        created = db.now() - 3600
+        choose_hook = "ELT(1 + seq % {n}, {phids})".format(
+            n=BACKLOG_HOOKS, phids=", ".join(f"'{hook.phid}'" for hook in hooks)
+        )
+        xaction = "CONCAT('PHID-XACT-TASK-', LPAD(seq * 10 + {i}, 15, '0'))"
+        xactions = ", '\",\"', ".join(xaction.format(i=i) for i in range(TRANSACTIONS_PER_ROW))
+        chunk = 100_000
+        for low in range(1, rows + 1, chunk):
+            high = min(rows, low + chunk - 1)
+            db.execute(
+                f"""INSERT INTO herald_webhookrequest (id, phid, webhookPHID, objectPHID, status, properties,
+                    lastRequestResult, lastRequestEpoch, dateCreated, dateModified)
+                SELECT seq, CONCAT('PHID-HWBR-q', LPAD(seq, 19, '0')), hook,
+                    CONCAT('PHID-TASK-q', LPAD(seq, 19, '0')), 'queued',
+                    CONCAT('{{"retry":"forever","transactionPHIDs":["', {xactions}, '"],"triggerPHIDs":["', hook,
+                           '"],"silent":false,"secure":false}}'),
+                    'none', 0, {created}, {created}
+                FROM (SELECT seq, {choose_hook} AS hook FROM seq_{low}_to_{high}) AS backlog ORDER BY seq"""
+            )
+        db.execute("ANALYZE TABLE herald_webhookrequest")
+        built_now = True
+    return Backlog(db, db.hooks(), built_now, time.monotonic() - started)
+
+
+def reset_backlog(db: HeraldDB) -> None:
+    """Put delivered rows back as they were seeded: queued, untouched, properties without the outcome."""
+    db.execute(
+        "UPDATE herald_webhookrequest SET status = 'queued', lastRequestResult = 'none', lastRequestEpoch = 0, "
+        "dateModified = dateCreated, properties = REPLACE(properties, %s, '}') "
+        "WHERE status <> 'queued' OR dateModified <> dateCreated OR lastRequestResult <> 'none'",
+        (_SENT_SUFFIX,),
+    )
+
+
+def requests_with_status(db: HeraldDB, status: str) -> list[Request]:
+    """The rows in `status` as Requests (to rebuild the signature the receiver must have seen)."""
+    hooks = {hook.phid: hook for hook in db.hooks()}
+    rows = db.execute(
+        "SELECT phid, webhookPHID, objectPHID, properties, dateCreated FROM herald_webhookrequest WHERE status = %s",
+        (status,),
+    )
+    return [
+        Request(_text(phid), hooks[_text(hook)], _text(obj), _text(properties), int(created))
+        for phid, hook, obj, properties, created in rows
+    ]

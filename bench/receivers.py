@@ -158,6 +158,19 @@ class PythonReceiver(Receiver):
         return self
 
 
+class HangReceiver(Receiver):
+    """bench/hangreceiver.py: `/dead...` never answers, `/slow<ms>/...` answers after a delay; logs arrivals
+    with status 0 and answers with their status."""
+
+    kind = "hang"
+
+    def start(self) -> HangReceiver:
+        script = Path(__file__).with_name("hangreceiver.py")
+        self.proc = subprocess.Popen([PYTHON, str(script), str(self.port), str(self.log_path)])
+        wait_for_port(self.port, 10)
+        return self
+
+
 def make_receiver(kind: str, workdir: Path) -> Receiver:
     if kind == "auto":
         kind = "nginx" if NGINX is not None else "python"
@@ -165,4 +178,6 @@ def make_receiver(kind: str, workdir: Path) -> Receiver:
         return NginxReceiver(workdir).start()
     if kind == "python":
         return PythonReceiver(workdir).start()
+    if kind == "hang":
+        return HangReceiver(workdir).start()
     raise BenchError(f"unknown receiver {kind!r}")

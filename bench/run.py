@@ -91,6 +91,22 @@ ROWS = [
     Row("7. peak RSS, --max-concurrent 32, 32 hooks", "c32_rss_mb", "MB", "<= 120 MB", lambda v: v <= 120),
     Row("   ... its rate (N / wall)", "c32_rate", "/s"),
     Row("   peak RSS, --max-concurrent 16 (figure 2)", "one_rss_mb", "MB"),
+    Row("8. dead neighbours: healthy hook latency p50", "dead_p50", "ms"),
+    Row("   healthy hook latency p99", "dead_p99", "ms", "<= 1000 ms", lambda v: v <= 1000),
+    Row("   healthy hook latency max", "dead_max", "ms"),
+    Row("   dead hooks attempted during the run", "dead_tried_pct", "%", "100%", lambda v: v >= 100),
+    Row("   dead hooks' attempts in all", "dead_attempts", ""),
+    Row("9. small queue, 100 hooks: first delivery after start", "small_first_s", "s", digits=2),
+    Row("   small queue: drain rate (first to last delivery)", "small_rate", "/s"),
+    Row("   small queue: peak RSS", "small_rss_mb", "MB", "<= 120 MB", lambda v: v <= 120),
+    Row("   backlog: first delivery after start", "backlog_first_s", "s", "<= 2 s", lambda v: v <= 2, digits=2),
+    Row("   backlog: drain rate over the window", "backlog_rate", "/s"),
+    Row("   ... as % of the small queue's", "backlog_rate_pct", "%", ">= 90%", lambda v: v >= 90),
+    Row("   backlog: peak RSS", "backlog_rss_mb", "MB", "<= 150 MB", lambda v: v <= 150),
+    Row("10. many in flight: deliveries in flight at the peak", "many_in_flight", ""),
+    Row("   connections to Phorge's database", "many_connections", "", "<= 8", lambda v: v <= 8),
+    Row("   threads of the process", "many_threads", ""),
+    Row("   RSS at the peak", "many_rss_mb", "MB"),
 ]
 
 
@@ -127,14 +143,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--receiver", choices=["auto", "nginx", "python"], default="auto")
     parser.add_argument("--database", default="gwbench_herald", help="throwaway herald database (<ns>_herald)")
     parser.add_argument("--history-database", default="gwbench1m_herald", help="cached 1M-row database")
-    parser.add_argument("--drop-history", action="store_true", help="drop the cached 1M-row database and exit")
+    parser.add_argument("--backlog-database", default="gwbenchq_herald", help="cached queued-backlog database")
+    parser.add_argument("--drop-history", action="store_true", help="drop the cached 1M-row databases and exit")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, nginx config)")
     args = parser.parse_args(argv)
     if args.repeat is None:
         args.repeat = 1 if args.quick or args.smoke else 3
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
-    if not args.database.endswith("_herald") or not args.history_database.endswith("_herald"):
+    if not all(name.endswith("_herald") for name in (args.database, args.history_database, args.backlog_database)):
         parser.error("database names must end in _herald (<namespace>_herald)")
     return args
 
@@ -142,11 +159,36 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def sizes(args: argparse.Namespace) -> Sizes:
     if args.smoke:
         return Sizes(
-            requests=args.requests or 200, single_hook=100, latency_sec=3, idle_polls=100, history_rows=0, bare_sec=0.5
+            requests=args.requests or 200,
+            single_hook=100,
+            latency_sec=3,
+            idle_polls=100,
+            history_rows=0,
+            bare_sec=0.5,
+            dead_hooks=5,
+            dead_head_start_sec=2,
+            healthy_sec=2,
+            dead_timeout="3",
+            backlog_rows=3000,
+            backlog_window_sec=1,
+            small_queue=300,
+            many_hooks=12,
+            many_in_flight=16,
         )
     if args.quick:
         return Sizes(
-            requests=args.requests or 1500, single_hook=600, latency_sec=10, idle_polls=300, history_rows=0, bare_sec=2
+            requests=args.requests or 1500,
+            single_hook=600,
+            latency_sec=10,
+            idle_polls=300,
+            history_rows=0,
+            bare_sec=2,
+            dead_hooks=40,
+            dead_head_start_sec=10,
+            healthy_sec=20,
+            backlog_rows=100_000,
+            backlog_window_sec=10,
+            small_queue=3000,
         )
     return Sizes(
         requests=args.requests or 6000,
@@ -177,6 +219,12 @@ def repetition(ctx: Context, figures: dict[str, float]) -> None:
     figures.update(scenarios.history(ctx))
     log(f"run {ctx.repetition}: 7. --max-concurrent 32, 32 hooks, N={n}")
     figures.update(scenarios.drain(ctx, "c32", hooks=32, count=n, max_concurrent=32))
+    log(f"run {ctx.repetition}: 8. dead neighbours, {ctx.sizes.dead_hooks} hooks that never answer")
+    figures.update(scenarios.dead_neighbours(ctx))
+    log(f"run {ctx.repetition}: 9. backlog, {ctx.sizes.backlog_rows:,} queued requests")
+    figures.update(scenarios.backlog(ctx))
+    log(f"run {ctx.repetition}: 10. {ctx.sizes.many_in_flight} deliveries in flight")
+    figures.update(scenarios.many_in_flight(ctx))
 
 
 def fmt(value: float, digits: int) -> str:
@@ -209,8 +257,9 @@ def table(runs: list[dict[str, float]]) -> list[str]:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.drop_history:
-        HeraldDB(args.history_database).drop()
-        print(f"dropped {args.history_database}")
+        for name in (args.history_database, args.backlog_database):
+            HeraldDB(name).drop()
+            print(f"dropped {name}")
         return 0
     size = sizes(args)
     workdir = Path(tempfile.mkdtemp(prefix="gwbench-"))
@@ -219,6 +268,10 @@ def main(argv: list[str]) -> int:
     load = os.getloadavg()
     db = HeraldDB(args.database)
     receiver = None
+    hang = None
+    # Full runs keep the backlog database between runs; smaller ones build and drop their own.
+    own_backlog = args.database.removesuffix("_herald") + "bl_herald"
+    backlog_db = args.backlog_database if size.backlog_rows >= 1_000_000 else own_backlog
     runs: list[dict[str, float]] = []
     ctx: Context | None = None
     failed = False
@@ -227,7 +280,10 @@ def main(argv: list[str]) -> int:
         db.create()
         migrate(worker_env(workdir, db.name), workdir / "migrate.log")
         receiver = make_receiver(args.receiver, workdir)
-        ctx = Context(workdir, receiver, db, size, log, scenarios.mariadb_pid(), args.history_database)
+        hang = make_receiver("hang", workdir)
+        ctx = Context(
+            workdir, receiver, db, size, log, scenarios.mariadb_pid(), args.history_database, hang, backlog_db
+        )
         for k in range(1, args.repeat + 1):
             ctx.repetition = k
             runs.append({})
@@ -239,9 +295,12 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         failed = True
     finally:
-        if receiver is not None:
-            receiver.stop()
+        for running in (receiver, hang):
+            if running is not None:
+                running.stop()
         db.drop()
+        if backlog_db != args.backlog_database:
+            HeraldDB(backlog_db).drop()
 
     elapsed = time.monotonic() - started
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"

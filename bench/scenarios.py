@@ -16,9 +16,17 @@ from typing import Any
 import requests
 import urllib3
 
-from bench.common import PYTHON, BenchError, connect, percentile, process_cpu_seconds
+from bench.common import PYTHON, BenchError, connect, percentile, process_cpu_seconds, process_status, tcp_ports
 from bench.common import mariadb_pid as read_mariadb_pid
-from bench.herald import HeraldDB, Hook, Request, ensure_history
+from bench.herald import (
+    HeraldDB,
+    Hook,
+    Request,
+    ensure_backlog,
+    ensure_history,
+    requests_with_status,
+    reset_backlog,
+)
 from bench.receivers import Hit, Receiver
 from bench.workers import Exit, WorkerProcess, worker_env
 
@@ -34,6 +42,15 @@ class Sizes:
     idle_polls: int
     history_rows: int  # 0 skips the retained-history part
     bare_sec: float
+    dead_hooks: int = 100
+    dead_head_start_sec: float = 20.0
+    healthy_sec: float = 60.0
+    dead_timeout: str = ""  # "": the default delivery timeout (15 s)
+    backlog_rows: int = 1_000_000
+    backlog_window_sec: float = 30.0
+    small_queue: int = 6000
+    many_hooks: int = 300
+    many_in_flight: int = 256
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,8 @@ class Context:
     log: Callable[[str], None]
     mariadb_pid: int | None
     history_db: str
+    hang: Receiver | None = None
+    backlog_db: str = ""
     repetition: int = 0
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -82,10 +101,10 @@ class Context:
         self._runs += 1
         return f"/r{self.repetition}-{self._runs}-{name}/"
 
-    def worker(self, database: str, name: str, *args: str) -> WorkerProcess:
+    def worker(self, database: str, name: str, *args: str, **env: str) -> WorkerProcess:
         self._runs += 1
         log = self.workdir / f"worker-r{self.repetition}-{self._runs}-{name}.log"
-        return WorkerProcess(worker_env(self.workdir, database), log, *args)
+        return WorkerProcess({**worker_env(self.workdir, database), **env}, log, *args)
 
 
 class CpuMeter:
@@ -413,3 +432,167 @@ def mariadb_pid() -> int | None:
         return read_mariadb_pid(connection.cursor())
     finally:
         connection.close()
+
+
+# -- 8. dead neighbours ------------------------------------------------------------------------------------
+
+
+def dead_neighbours(ctx: Context) -> dict[str, float]:
+    """Hooks whose receiver accepts and never answers, each with 20 queued `retry=forever` requests; after
+    a head start a healthy hook gets 10 new requests per second. One long-running process at defaults."""
+    assert ctx.hang is not None
+    db = ctx.db
+    db.clear()
+    tag = ctx.tag("dead")
+    dead = [db.add_hook(ctx.hang.url(f"/dead{tag}h{i}/x"), name=f"dead {i}") for i in range(ctx.sizes.dead_hooks)]
+    db.seed(dead, 20 * len(dead))
+    above = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM herald_webhookrequest")[0][0])
+    healthy = db.add_hook(ctx.receiver.url(f"{tag}healthy"), name="healthy")
+    env = {"GORGE_WEBHOOK_DELIVERY_TIMEOUT": ctx.sizes.dead_timeout} if ctx.sizes.dead_timeout else {}
+    worker = ctx.worker(db.name, "dead-neighbours", **env).start()
+    try:
+        worker.wait_for_log(READY_LINE, 30)
+        time.sleep(ctx.sizes.dead_head_start_sec)
+        inserter = HeraldDB(db.name)
+        try:
+            inserted = _insert_steadily(inserter, [healthy], 10.0, ctx.sizes.healthy_sec)
+        finally:
+            inserter.close()
+        deadline = time.monotonic() + 60
+        while db.outcome_counts(above_id=above).get(("sent", "okay"), 0) < len(inserted):
+            if time.monotonic() > deadline:
+                raise BenchError(f"the healthy hook's requests were not delivered: {db.outcome_counts(above_id=above)}")
+            time.sleep(0.05)
+        tried = {hit.path.rsplit("/", 1)[0] for hit in ctx.hang.hits(f"/dead{tag}", timeout=0)}
+        worker.signal(signal.SIGTERM)
+        _exit_ok(worker, worker.wait(120))
+    finally:
+        worker.kill()
+    hits = ctx.receiver.hits(f"{tag}healthy", expected=len(inserted))
+    verify(ctx, "dead-neighbours (healthy hook)", db, [request for request, _ in inserted], hits, above_id=above)
+    attempts = Counter(hit.signature for hit in ctx.hang.hits(f"/dead{tag}", timeout=0))
+    if any(n > 1 for n in attempts.values()):
+        raise BenchError("a dead hook's request was attempted twice within its retry backoff")
+    received = {hit.signature: hit.at for hit in hits}
+    latencies = [(received[r.signature()] - at) * 1000 for r, at in inserted if r.signature() in received]
+    return {
+        "dead_p50": percentile(latencies, 50),
+        "dead_p99": percentile(latencies, 99),
+        "dead_max": max(latencies),
+        "dead_tried_pct": 100 * len(tried) / len(dead),
+        "dead_attempts": float(sum(attempts.values())),
+    }
+
+
+# -- 9. a backlog after an outage --------------------------------------------------------------------------
+
+
+def _first_and_rate(hits: list[Hit], started_at: float) -> tuple[float, float]:
+    times = sorted(hit.at for hit in hits)
+    if not times:
+        raise BenchError("nothing was delivered")
+    return times[0] - started_at, (len(times) - 1) / max(0.001, times[-1] - times[0])
+
+
+def backlog(ctx: Context) -> dict[str, float]:
+    """A small queue over 100 hooks, then `backlog_rows` queued due requests over 100 hooks: time to the
+    first delivery, drain rate over a window, peak memory. Long-running processes at defaults."""
+    db = ctx.db
+    db.clear()
+    tag = ctx.tag("small-queue")
+    hooks = [db.add_hook(ctx.receiver.url(f"{tag}h{i}")) for i in range(100)]
+    seeded = db.seed(hooks, ctx.sizes.small_queue)
+    started_at = time.time()
+    worker = ctx.worker(db.name, "small-queue").start()
+    try:
+        _wait_all_sent(db, len(seeded), 300)
+        worker.signal(signal.SIGTERM)
+        small_exit = worker.wait(60)
+        _exit_ok(worker, small_exit)
+    finally:
+        worker.kill()
+    hits = ctx.receiver.hits(tag, expected=len(seeded))
+    verify(ctx, "small queue, 100 hooks", db, seeded, hits, above_id=0)
+    small_first, small_rate = _first_and_rate(hits, started_at)
+
+    big = ensure_backlog(ctx.backlog_db, ctx.sizes.backlog_rows, log=ctx.log)
+    if big.built_now:
+        ctx.notes.append(f"built {ctx.backlog_db} in {big.build_seconds:.0f} s")
+    tag = ctx.tag("backlog")
+    for i, hook in enumerate(big.hooks):
+        big.db.set_hook_uri(hook.phid, ctx.receiver.url(f"{tag}h{i}"))
+    started_at = time.time()
+    worker = ctx.worker(big.db.name, "backlog").start()
+    try:
+        deadline = time.monotonic() + 60
+        while not ctx.receiver.hits(tag, timeout=0):
+            if not worker.running() or time.monotonic() > deadline:
+                raise BenchError(f"nothing delivered from the backlog, see {worker.log}")
+            time.sleep(0.05)
+        time.sleep(ctx.sizes.backlog_window_sec)
+        worker.signal(signal.SIGTERM)
+        big_exit = worker.wait(60)
+        _exit_ok(worker, big_exit)
+    finally:
+        worker.kill()
+    try:
+        delivered = requests_with_status(big.db, "sent")
+        hits = ctx.receiver.hits(tag, expected=len(delivered))
+        check = exactly_once("backlog (delivered part)", {("sent", "okay"): len(delivered)}, delivered, hits)
+        ctx.checks.append(check)
+        if not check.ok:
+            ctx.log(f"CORRECTNESS FAILURE: {check.line()}")
+        first, rate = _first_and_rate(hits, started_at)
+    finally:
+        reset_backlog(big.db)
+        big.db.close()
+    return {
+        "small_first_s": small_first,
+        "small_rate": small_rate,
+        "small_rss_mb": small_exit.max_rss_mb,
+        "backlog_first_s": first,
+        "backlog_rate": rate,
+        "backlog_rate_pct": 100 * rate / small_rate,
+        "backlog_rss_mb": big_exit.max_rss_mb,
+    }
+
+
+# -- 10. many deliveries in flight ---------------------------------------------------------------------------
+
+
+def many_in_flight(ctx: Context) -> dict[str, float]:
+    """`many_hooks` hooks whose receiver answers after a second, `--max-concurrent many_in_flight`: how many
+    connections to Phorge's database the process holds, its threads and memory, at the peak."""
+    assert ctx.hang is not None
+    db = ctx.db
+    db.clear()
+    tag = ctx.tag("many")
+    prefix = f"/slow1000{tag}"
+    hooks = [db.add_hook(ctx.hang.url(f"{prefix}h{i}/x")) for i in range(ctx.sizes.many_hooks)]
+    seeded = db.seed(hooks, 3 * len(hooks))
+    worker = ctx.worker(db.name, "many", "--max-concurrent", str(ctx.sizes.many_in_flight)).start()
+    peak = {"in_flight": 0.0, "connections": 0.0, "rss_mb": 0.0, "threads": 0.0}
+    try:
+        deadline = time.monotonic() + 300
+        while db.outcome_counts().get(("sent", "okay"), 0) < len(seeded):
+            if not worker.running() or time.monotonic() > deadline:
+                raise BenchError(f"the many-in-flight run did not finish, see {worker.log}")
+            arrived = ctx.hang.hits(prefix, timeout=0)
+            in_flight = sum(1 for hit in arrived if hit.status == 0) - sum(1 for hit in arrived if hit.status == 200)
+            ports = tcp_ports(worker.pid)
+            sessions = db.execute("SELECT HOST FROM information_schema.PROCESSLIST WHERE DB = %s", (db.name,))
+            held = sum(1 for (host,) in sessions if ":" in str(host) and int(str(host).rsplit(":", 1)[1]) in ports)
+            status = process_status(worker.pid)
+            if in_flight >= peak["in_flight"]:
+                peak["in_flight"] = float(in_flight)
+                peak["threads"] = float(status.get("Threads", "0"))
+            peak["connections"] = max(peak["connections"], float(held))
+            peak["rss_mb"] = max(peak["rss_mb"], float(status.get("VmRSS", "0 kB").split()[0]) / 1024)
+            time.sleep(0.1)
+        worker.signal(signal.SIGTERM)
+        _exit_ok(worker, worker.wait(60))
+    finally:
+        worker.kill()
+    hits = [hit for hit in ctx.hang.hits(prefix, timeout=0) if hit.status == 200]
+    verify(ctx, "many in flight", db, seeded, hits, above_id=0)
+    return {f"many_{key}": value for key, value in peak.items()}

@@ -4,7 +4,6 @@ session that holds the hook locks loses nothing and duplicates nothing. Real Mar
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import threading
 import time
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from bench.common import tcp_ports
 from tests.conftest import PHORGE_DB, Phorge, mysql_admin
 from tests.processes import WorkerProcess, count_status, seed, wait_for
 from tests.receiver import Receiver
@@ -27,22 +27,6 @@ from webhook_delivery.store import Store
 from webhook_delivery.worker import Worker
 
 pytestmark = PHORGE_DB
-
-
-def tcp_ports(pid: int) -> set[int]:
-    """The local TCP ports of a process's sockets (Linux /proc)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd)
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def dead_in_flight(receiver: Receiver) -> int:
