@@ -75,7 +75,7 @@ ROWS = [
     Row("   drain N, 1M retained sent rows + 1 stuck request", "drain_1m", "s", digits=2),
     Row("   ... ratio 1M / empty", "drain_ratio", "x", "<= 1.2x", lambda v: v <= 1.2, digits=2),
     Row(
-        "   idle QueueTracker.poll(), empty history (median)",
+        "   idle QueueWindow.poll(), empty history (median)",
         "empty_poll_median_ms",
         "ms",
         "< 1 ms",
@@ -83,7 +83,7 @@ ROWS = [
         digits=3,
     ),
     Row(
-        "   idle QueueTracker.poll(), 1M rows (median)", "big_poll_median_ms", "ms", "< 1 ms", lambda v: v < 1, digits=3
+        "   idle QueueWindow.poll(), 1M rows (median)", "big_poll_median_ms", "ms", "< 1 ms", lambda v: v < 1, digits=3
     ),
     Row("   idle poll p99, 1M rows", "big_poll_p99_ms", "ms", digits=3),
     Row("   safety sweep, 1M rows (start-up, then every 600 s)", "big_sweep_ms", "ms"),
@@ -103,7 +103,7 @@ ROWS = [
     Row("   backlog: drain rate over the window", "backlog_rate", "/s"),
     Row("   ... as % of the small queue's", "backlog_rate_pct", "%", ">= 90%", lambda v: v >= 90),
     Row("   backlog: peak RSS", "backlog_rss_mb", "MB", "<= 150 MB", lambda v: v <= 150),
-    Row("10. many in flight: deliveries in flight at the peak", "many_in_flight", ""),
+    Row("10. many in flight: deliveries in flight at the peak", "many_in_flight", "", "256", lambda v: v >= 256),
     Row("   connections to Phorge's database", "many_connections", "", "<= 8", lambda v: v <= 8),
     Row("   threads of the process", "many_threads", ""),
     Row("   RSS at the peak", "many_rss_mb", "MB"),
