@@ -1,6 +1,6 @@
 """Test-database helper for scripts/with-test-db.sh (standard library and mysqlclient only).
 
-ping: exit 0 when the server of GORGE_WEBHOOK_DATABASE_URL answers, else say why.
+ping: exit 0 when the server of GORGE_TEST_DATABASE_URL answers, else say why.
 root SOCKET: allow root over TCP on a private throwaway server (connects by its socket).
 free-port: print a free TCP port on loopback.
 """
@@ -18,7 +18,7 @@ DEFAULT_URL = "mysql://root@127.0.0.1:3306/"
 
 
 def ping() -> int:
-    url = urlsplit(os.environ.get("GORGE_WEBHOOK_DATABASE_URL") or DEFAULT_URL)
+    url = urlsplit(os.environ.get("GORGE_TEST_DATABASE_URL") or DEFAULT_URL)
     host, port, user = url.hostname or "127.0.0.1", url.port or 3306, unquote(url.username or "root")
     try:
         MySQLdb.connect(

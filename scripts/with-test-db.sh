@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run a command with a reachable MariaDB/MySQL for the tests, e.g. scripts/with-test-db.sh .venv/bin/python -m pytest
-#   GORGE_WEBHOOK_DATABASE_URL  server for the throwaway test databases (default mysql://root@127.0.0.1:3306)
+#   GORGE_TEST_DATABASE_URL     server for the throwaway test databases (default mysql://root@127.0.0.1:3306);
+#                               the suite ignores every GORGE_WEBHOOK_* variable and names its own databases
 #   GORGE_TEST_DB=auto          use that server; if nothing answers and mariadbd is installed, start a private one
 #   GORGE_TEST_DB=private       always start a private throwaway server (own data dir and port, removed after)
 #   GORGE_TEST_DB=external      never start one
@@ -56,7 +57,7 @@ start_private() {
     kill -0 "$private_pid" 2>/dev/null || break
     sleep 0.1
   done
-  export GORGE_WEBHOOK_DATABASE_URL="mysql://root@127.0.0.1:$port/gwtest_herald"
+  export GORGE_TEST_DATABASE_URL="mysql://root@127.0.0.1:$port"
   "$PY" scripts/testdb.py ping >/dev/null || { cat "$private_dir/error.log" >&2; exit 1; }
 }
 
@@ -75,8 +76,8 @@ case "$mode" in
 error: the tests need a real MariaDB or MySQL and none answers (see the line above).
   Start one on 127.0.0.1:3306 whose root user has no password (apt-get install mariadb-server, then
   start it), or install mariadb-server so that `make test` starts a private throwaway server itself, or
-  set GORGE_WEBHOOK_DATABASE_URL=mysql://USER:PASS@HOST:PORT/gwtest_herald for a server where USER may
-  create and drop databases and users.
+  set GORGE_TEST_DATABASE_URL=mysql://USER:PASS@HOST:PORT for a server where USER may create and drop
+  databases and users (the suite only ever creates and drops databases named gwtest<pid>_*).
 MSG
         exit 1
       fi

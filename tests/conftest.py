@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import secrets
 import string
 from collections.abc import Callable, Iterator
@@ -42,7 +43,7 @@ def mysql_admin(database: str | None = None) -> Any:
         pytest.exit(
             f"No MariaDB/MySQL answers at {db['HOST']}:{db['PORT']} as {db['USER']!r} ({exc.args[0]}). "
             "Start one (make test starts a private server when mariadbd is installed) or set "
-            "GORGE_WEBHOOK_DATABASE_URL to a server where this user may create databases.",
+            "GORGE_TEST_DATABASE_URL to a server where this user may create databases.",
             returncode=3,
         )
     return connection
@@ -60,6 +61,14 @@ def dump_statements(path: Path) -> list[str]:
     return statements
 
 
+THROWAWAY = re.compile(r"gwtest[0-9]+_herald")
+
+
+def throwaway_name(name: str) -> bool:
+    """Only a name the suite generated (tests/settings.py) may ever be created or dropped by it."""
+    return THROWAWAY.fullmatch(name) is not None
+
+
 def load_herald_schema(cursor: Any) -> None:
     for statement in dump_statements(FIXTURES / "schema.sql"):
         cursor.execute(statement)
@@ -69,7 +78,13 @@ def load_herald_schema(cursor: Any) -> None:
 def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> Iterator[None]:
     from django.test.utils import setup_databases, teardown_databases
 
-    name = settings.DATABASES["phorge"]["NAME"]
+    name = str(settings.DATABASES["phorge"]["NAME"])
+    if not throwaway_name(name):
+        pytest.exit(
+            f"refusing to run: the test database would be {name!r}, which the suite did not generate "
+            "(gwtest<pid>_herald); nothing was created or dropped. Set only GORGE_TEST_DATABASE_URL.",
+            returncode=4,
+        )
     admin = mysql_admin()
     cursor = admin.cursor()
     cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
@@ -225,8 +240,10 @@ def app_databases() -> Iterator[AppDatabases]:
     """Phorge's other databases (`<namespace>_<app>`), created on demand and dropped afterwards."""
     from tests.phorge_app_db import AppDatabases  # it imports this module's PHID helpers
 
+    namespace = settings.GORGE_WEBHOOK.namespace
+    assert throwaway_name(f"{namespace}_herald"), f"refusing to create and drop {namespace}_* databases"
     admin = mysql_admin()
-    databases = AppDatabases(admin, settings.GORGE_WEBHOOK.namespace)
+    databases = AppDatabases(admin, namespace)
     yield databases
     databases.drop()
     admin.close()
@@ -257,7 +274,7 @@ def delivery_config() -> Any:
 
 def worker_env(**overrides: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["DJANGO_SETTINGS_MODULE"] = "gorge_site.settings"  # the production settings, as deployed
     env["GORGE_WEBHOOK_DATABASE_URL"] = _phorge_url()
     env.update(overrides)
     return env
