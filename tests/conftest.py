@@ -205,7 +205,7 @@ class Phorge:
             values = cursor.fetchone()
         assert values is not None, f"no request {phid}"
         return {
-            name: value.decode() if isinstance(value, bytes) else value
+            name: value.decode("utf-8", "replace") if isinstance(value, bytes) else value
             for name, value in zip(names, values, strict=True)
         }
 
@@ -301,3 +301,11 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     yield make
     for process in started:
         process.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_web_metrics() -> None:
+    """The web metrics are read at most once per few seconds; each test starts without a cached read."""
+    from webhook_delivery.web_metrics import COLLECTOR
+
+    COLLECTOR.forget()

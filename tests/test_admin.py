@@ -120,5 +120,5 @@ def test_a_hook_without_key_is_flagged_without_showing_keys(admin_client: Any, p
 )
 def test_bad_input_gets_a_page_not_a_traceback(admin_client: Any, rows: dict[str, Any], path: str) -> None:
     response = admin_client.get(path)
-    assert response.status_code in (200, 302, 404)
+    assert response.status_code in (200, 302, 400, 404)  # 400: a filter the list does not offer
     assert b"Traceback" not in response.content

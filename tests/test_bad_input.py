@@ -309,7 +309,7 @@ def test_text_log_lines_name_the_request_the_hook_and_the_reason(phorge: Phorge,
     finally:
         logging.getLogger("webhook_delivery").removeHandler(handler)
     lines = [TextFormatter().format(record) for record in records]
-    failed = next(line for line in lines if "webhook request failed" in line)
+    failed = next(line for line in lines if "webhook request failed" in line and phid in line)
     assert f"request={phid}" in failed and f"hook={hook}" in failed and "error_type=http" in failed
     assert "error_code=503" in failed
     uri = next(line for line in lines if "webhook URI refused" in line)
@@ -450,9 +450,7 @@ def test_nat64_and_6to4_addresses_are_judged_by_the_ipv4_address_they_reach() ->
 
 def test_an_ipv4_only_blacklist_is_warned_about_at_start_up() -> None:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    env.update(
-        DJANGO_SETTINGS_MODULE="gorge_site.settings", GORGE_WEBHOOK_OUTBOUND_BLACKLIST="10.0.0.0/8,127.0.0.0/8"
-    )
+    env.update(DJANGO_SETTINGS_MODULE="gorge_site.settings", GORGE_WEBHOOK_OUTBOUND_BLACKLIST="10.0.0.0/8,127.0.0.0/8")
     done = subprocess.run(
         [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, check=False
     )
@@ -482,3 +480,15 @@ def test_the_next_permitted_address_is_tried_when_the_first_refuses(phorge: Phor
         assert [r.path for r in receiver.requests] == ["/two/ok"]
         assert receiver.requests[0].header("Host") == f"two.example.test:{receiver.port}"
     assert phorge.row(phid)["status"] == "sent"
+
+
+def test_an_unreadable_request_is_shown_as_such_on_the_dashboard(
+    phorge: Phorge, delivery_config: Any, staff: Client
+) -> None:
+    text = '{"retry":"forever","x":1e400}'
+    phid = phorge.request(phorge.hook("http://127.0.0.1:9/unreadable", name="unreadable hook"), properties=text)
+    Worker(delivery_config, once=True).run()
+    assert phorge.row(phid)["properties"] == text
+    page = staff.get("/").content.decode()
+    failures = page[page.index('id="failures"') :]
+    assert phid in failures and "Unreadable request (left as stored)" in failures

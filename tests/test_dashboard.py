@@ -168,10 +168,16 @@ def test_the_database_going_away_shows_a_page_not_a_traceback(staff: Any, phorge
     assert "Traceback" not in page and "3306" not in page and "OperationalError" not in page
 
 
-def test_every_dashboard_and_api_query_uses_an_index(staff: Any, phorge: Phorge, settings: Any) -> None:
+def test_every_dashboard_and_api_query_uses_an_index(
+    staff: Any, phorge: Phorge, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """EXPLAIN each SELECT the UI sends to Phorge's database: none may scan all of herald_webhookrequest."""
     bulk = seed_bulk(phorge)
     settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, service_token="t0ken")
+    # The PHP-guard read goes to Phorge's worker database (absent here) and is cached a few seconds:
+    # read it once now, for long enough, so that it is in no page's budget whatever ran just before.
+    monkeypatch.setattr(selectors._php_guard(settings.GORGE_WEBHOOK.namespace), "_ttl", 3600.0)
+    selectors.php_delivery_state()
     # hooks, sent counts, the non-sent slice, the chart, recent failed attempts, recent hook errors
     budgets = {"/": 6, "/api/webhook/stats": 3, "/api/webhook/hooks": 1, "/api/webhook/health": 3, "/metrics": 3}
     seen: dict[str, list[str]] = {}
@@ -182,7 +188,7 @@ def test_every_dashboard_and_api_query_uses_an_index(staff: Any, phorge: Phorge,
         statements = [query["sql"] for query in captured.captured_queries]
         seen[path] = [sql for sql in statements if sql.startswith("SELECT")]
         others = {sql for sql in statements if not sql.startswith("SELECT")}
-        assert others <= {"SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", "BEGIN", "COMMIT"}, others
+        assert others <= {"SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", "BEGIN", "COMMIT"}, (path, others)
         assert len(seen[path]) == budget, (path, seen[path])
     page = staff.get("/").content.decode()
     assert re.search(r'<tr class="gw-row-failing" data-phid="' + bulk.failing, page)

@@ -1,7 +1,8 @@
 """Read-only admin over Phorge's herald tables: nobody adds, changes or deletes, superusers included.
 
-The URI and HMAC key columns are in no list, form, search or filter, and the default manager defers
-them so they are never even loaded; "no key" is the boolean `hmacKey = ''` computed in SQL.
+The URI and HMAC key columns are in no list, form, search or filter, no query-string lookup reaches them
+(nor any other field the list does not offer as a filter), and the default manager defers them so they
+are never even loaded; "no key" is the boolean `hmacKey = ''` computed in SQL.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        """Only the list's own filters. Django would otherwise filter on any local field given in the
+        query string (`?hmac_key__startswith=ab`): an oracle for keys and URIs, one character at a time."""
+        return lookup in {f"{name}__{test}" for name in self.list_filter for test in ("exact", "isnull")}
 
 
 @admin.register(HeraldWebhook)

@@ -9,6 +9,8 @@ from django.core import checks
 from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 
+from .netguard import ipv6_gaps
+
 
 @register()
 def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -20,6 +22,18 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 f"GORGE_WEBHOOK_CLAIM_LEASE_SEC: {config.requested_lease_sec} s is shorter than the delivery "
                 f"timeout plus a margin; using {config.claim_lease_sec} s",
                 id="gorge.W001",
+            )
+        )
+    open_ranges = ipv6_gaps(config.outbound_blacklist)
+    if open_ranges:
+        messages.append(
+            checks.Warning(
+                "GORGE_WEBHOOK_OUTBOUND_BLACKLIST has no IPv6 entry for "
+                + ", ".join(open_ranges)
+                + ": hooks whose host resolves there are called (Phorge resolves IPv4 only, we also check "
+                "AAAA records)",
+                hint="add ::1/128, fc00::/7 and fe80::/10, as Phorge's default list has",
+                id="gorge.W002",
             )
         )
     return messages

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from . import metrics, transport
 from .config import DeliveryConfig
-from .netguard import InvalidURI, Resolver, ResolveTimeout, TemporaryDNSFailure, system_resolver
+from .netguard import InvalidURI, Resolver, TemporaryDNSFailure, system_resolver
 from .outcomes import (
     DISABLED,
     INVALID_OBJECT,
@@ -29,6 +29,10 @@ from .payload import build_payload, sign, transactions_newest_first
 from .store import Hook, RequestRow
 
 logger = logging.getLogger(__name__)
+
+
+class UnsendableRequest(Exception):
+    """The stored request cannot be turned into Phorge's payload: nothing was sent."""
 
 
 class ObjectLookup(Protocol):
@@ -57,29 +61,36 @@ class Dispatcher:
         self.silent = silent or (lambda: bool(config.silent))
         self.objects = objects or StoredOrder()
 
-    def process(self, row: RequestRow, properties: dict[str, Any], hook: Hook | None) -> Outcome:
+    def process(
+        self, row: RequestRow, properties: dict[str, Any], hook: Hook | None, *, started: float | None = None
+    ) -> Outcome:
+        """One processing, as PHP's worker checks and sends; the attempt's deadline runs from `started`
+        (the claim). Raises UnsendableRequest, before any call, when no payload can be built."""
         if hook is None:
             return configuration_failure(NOT_FOUND)
         if self.silent():
             return configuration_failure(SILENT)
         if hook.status == "disabled":
             return configuration_failure(DISABLED)
-        started = time.monotonic()
-        transport.start_attempt(self.config.delivery_timeout)
+        began = time.monotonic()
+        transport.start_attempt(self.config.delivery_timeout, started=started)
         try:
             try:
                 first_hop = transport.check_uri(hook.uri, self.config.outbound_blacklist, self.resolver)
-            except (TemporaryDNSFailure, ResolveTimeout) as exc:
+            except (TemporaryDNSFailure, TimeoutError) as exc:  # the deadline, from the claim, may be gone already
                 return from_http(transport.failure(exc), retry_forever=retries_forever(properties))
             transactions = self.objects.transactions(row.object_phid, properties.get("transactionPHIDs"))
             if transactions is None:
                 return configuration_failure(INVALID_OBJECT)
-            body = build_payload(
-                object_phid=row.object_phid,
-                properties=properties,
-                date_created=row.date_created,
-                transaction_phids=transactions,
-            )
+            try:
+                body = build_payload(
+                    object_phid=row.object_phid,
+                    properties=properties,
+                    date_created=row.date_created,
+                    transaction_phids=transactions,
+                )
+            except (TypeError, ValueError, RecursionError, OverflowError) as exc:
+                raise UnsendableRequest(f"no payload can be built: {type(exc).__name__}") from exc
             http = transport.post(
                 hook.uri,
                 body,
@@ -88,7 +99,7 @@ class Dispatcher:
                 blacklist=self.config.outbound_blacklist,
                 resolver=self.resolver,
             )
-            metrics.ATTEMPT_SECONDS.observe(time.monotonic() - started)
+            metrics.ATTEMPT_SECONDS.observe(time.monotonic() - began)
         except InvalidURI as exc:
             logger.warning("webhook URI refused", extra={"request": row.phid, "hook": hook.phid, "reason": str(exc)})
             return configuration_failure(INVALID_URI)

@@ -20,7 +20,7 @@ from django.db import DatabaseError
 
 from . import metrics
 from .config import DeliveryConfig
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, UnsendableRequest
 from .locks import webhook_lock_name
 from .outcomes import Outcome, with_error
 from .phpjson import UndecodableProperties, decode_properties, encode_compact
@@ -77,6 +77,23 @@ class Counters:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self.values)
+
+
+UNREADABLE = Outcome("failed", "none", "hook", "unreadable", attempted=False)  # recorded as failed/none/0 only
+_WRITE_PROBE = Outcome("queued", "fail", "timeout", 28, attempted=True)
+
+
+def _readable(text: str | None) -> tuple[dict[str, Any] | None, str]:
+    """The decoded properties when they can be both read and written back with an outcome, else None
+    and the reason (a number beyond a double, nesting deeper than the encoder goes, not an object...)."""
+    try:
+        properties = decode_properties(text or "")
+        encode_compact(with_error(properties, _WRITE_PROBE))
+    except UndecodableProperties as exc:
+        return None, str(exc)
+    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
+        return None, f"properties cannot be written back: {type(exc).__name__}"
+    return properties, ""
 
 
 class _Stop(Exception):
@@ -175,13 +192,15 @@ class JobRunner:
     def _deliver_row(
         self, job: Job, row: RequestRow, result: JobResult, lock: tuple[str, int] | None
     ) -> Outcome | None:
-        """Claim, deliver and write one row; None when the claim was lost."""
+        """Claim, deliver and write one row; None when the claim was lost.
+
+        The poison rule: a row we cannot read, cannot turn into a payload, or whose outcome could not be
+        written back, is marked failed before any call, its properties left byte for byte, after one
+        claim. Nothing is ever sent that cannot be recorded, so nothing is sent twice or loops.
+        """
         if job.hook is not None and not job.hook.hmac_key:
             raise _Stop
-        try:
-            properties: dict[str, Any] | None = decode_properties(row.properties or "")
-        except UndecodableProperties:
-            properties = None
+        properties, problem = _readable(row.properties)
         version = self.store.claim(
             row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
         )
@@ -193,17 +212,18 @@ class JobRunner:
         self.counters.add("claims_won")
         claimed_at = time.monotonic()
         if properties is None:
-            logger.error(
-                "request properties cannot be decoded: marked failed, column left untouched",
-                extra={"request": row.phid, "hook": row.webhook_phid},
-            )
-            written = self._write(row, version, claimed_at, "failed", "none", False, None)
-            metrics.DELIVERIES.labels("failed", "properties").inc()
-            self.counters.add("deliveries.failed")
-            (result.done if written is not None else result.claimed).append(row.id)
-            return Outcome("failed", "none", "hook", "properties", attempted=False)
-        outcome = self.dispatcher.process(row, properties, job.hook)
-        new_properties = encode_compact(with_error(properties, outcome))
+            return self._poison(row, version, claimed_at, result, problem)
+        try:
+            outcome = self.dispatcher.process(row, properties, job.hook, started=claimed_at)
+        except UnsendableRequest as exc:
+            return self._poison(row, version, claimed_at, result, str(exc))
+        except DatabaseError:
+            raise  # an outage: the row waits out its claim and comes back
+        except Exception:
+            # A bug of ours, possibly after a call: never try this row again on its own.
+            logger.exception("unexpected error delivering a request", extra={"request": row.phid})
+            return self._poison(row, version, claimed_at, result, "internal error")
+        new_properties = encode_compact(with_error(properties, outcome))  # cannot fail: _readable() tried it
         written = self._write(
             row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
         )
@@ -219,6 +239,18 @@ class JobRunner:
         else:
             result.done.append(row.id)
         return outcome
+
+    def _poison(self, row: RequestRow, version: int, claimed_at: float, result: JobResult, problem: str) -> Outcome:
+        logger.error(
+            "request cannot be delivered as stored: marked failed, properties left untouched",
+            extra={"request": row.phid, "hook": row.webhook_phid, "reason": problem},
+        )
+        written = self._write(row, version, claimed_at, "failed", "none", False, None)
+        metrics.DELIVERIES.labels("failed", "unreadable").inc()
+        self.counters.add("deliveries.failed")
+        self.counters.add("deliveries.unreadable")
+        (result.done if written is not None else result.claimed).append(row.id)
+        return UNREADABLE
 
     def _write(
         self,

@@ -1,4 +1,8 @@
-"""JSON-lines log formatter (LOG_FORMAT=json)."""
+"""Log formatters: LOG_FORMAT=text (one line, fields as key=value) and LOG_FORMAT=json (one object a line).
+
+Both carry every field a log call passes (request and hook PHIDs, error type and code, reasons, counts);
+no call passes a URI or a key.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,33 @@ from datetime import UTC, datetime
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
+def fields(record: logging.LogRecord) -> dict[str, object]:
+    """The extra fields of a log call that are plain values. Objects are left out: Django passes the
+    HttpRequest of every 4xx/5xx response, whose text holds the query string (and so a `?token=`)."""
+    return {
+        key: value
+        for key, value in record.__dict__.items()
+        if key not in _STANDARD and not key.startswith("_") and isinstance(value, (str, int, float, bool, type(None)))
+    }
+
+
+def _text_value(value: object) -> str:
+    text = "-" if value is None else str(value)
+    return json.dumps(text) if not text or any(ch.isspace() or ch in '"=' for ch in text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """`<time> <LEVEL> <logger> <message> key=value ...`: the fields in the line, before any traceback."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        line = super().formatMessage(record)
+        extra = " ".join(f"{key}={_text_value(value)}" for key, value in fields(record).items())
+        return f"{line} {extra}" if extra else line
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
@@ -17,9 +48,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+        entry.update(fields(record))
         if record.exc_info and record.exc_info[0] is not None:
             entry["exception"] = record.exc_info[0].__name__
         return json.dumps(entry, ensure_ascii=False)

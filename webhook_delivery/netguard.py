@@ -1,8 +1,9 @@
 """Outbound URI validation (SSRF protection), as Phorge's requireValidRemoteURIForFetch and stricter.
 
 Phorge checks the scheme, the host syntax and the IPv4 addresses of the host against
-`security.outbound-blacklist`. We also check every AAAA address, hand the checked address to the
-connection (no second lookup), and run the same check on every redirect hop.
+`security.outbound-blacklist`. We also check every AAAA address (judging NAT64 and 6to4 addresses by the
+IPv4 address they carry), hand the checked addresses to the connection (no second lookup), and run the
+same check on every redirect hop. International names are converted with IDNA 2008, as curl does.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import concurrent.futures
 import ipaddress
 import re
 import socket
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+import idna
 
 from .config import IPNetwork
 
@@ -58,6 +62,19 @@ def _valid_hostname(host: str) -> bool:
     return all(ch.isalnum() or ch in ".-" for ch in host)
 
 
+def _ascii_hostname(host: str) -> str:
+    """The name to resolve: IDNA 2008 for international names; every label 1..63 bytes, 253 in all."""
+    if not host.isascii():
+        try:
+            host = idna.encode(host, uts46=True).decode("ascii")
+        except idna.IDNAError as exc:
+            raise InvalidURI("invalid international host name") from exc
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if len(host) > 253 or any(not 0 < len(label) <= 63 for label in labels):
+        raise InvalidURI("invalid host")
+    return host
+
+
 def parse_target(uri: str) -> Target:
     """Split a hook URI (or a redirect location already made absolute) or refuse it."""
     if not uri or uri != uri.lstrip() or _AMBIGUOUS.match(uri):
@@ -78,10 +95,7 @@ def parse_target(uri: str) -> Target:
     elif not _valid_hostname(host):
         raise InvalidURI("invalid host")
     else:
-        try:
-            host = host.encode("idna").decode("ascii") if not host.isascii() else host
-        except UnicodeError as exc:
-            raise InvalidURI("invalid host") from exc
+        host = _ascii_hostname(host)
     if port is None:
         port = 443 if parts.scheme == "https" else 80
     if port == 0:
@@ -93,19 +107,54 @@ def parse_target(uri: str) -> Target:
     return Target(parts.scheme, host, port, target, userinfo)
 
 
+class _Lookups:
+    """getaddrinfo() cannot time out by itself, so it runs aside, on a thread of its own per name.
+
+    An attempt waits only until its deadline; a lookup that outlives it keeps its thread until the
+    system resolver gives up, and later attempts for the same name wait on that same lookup instead of
+    starting another. So a name server that never answers ties up one thread per name, never the lookups
+    of other hosts.
+    """
+
+    def __init__(self, lookup: Callable[..., Any]) -> None:
+        self.lookup = lookup
+        self.pending: dict[tuple[str, int], concurrent.futures.Future[Any]] = {}
+        self.lock = threading.Lock()
+
+    def future(self, host: str, port: int) -> concurrent.futures.Future[Any]:
+        key = (host, port)
+        with self.lock:
+            future = self.pending.get(key)
+            if future is None:
+                future = self.pending[key] = concurrent.futures.Future()
+                threading.Thread(target=self._run, args=(key, future), name="resolve", daemon=True).start()
+            return future
+
+    def _run(self, key: tuple[str, int], future: concurrent.futures.Future[Any]) -> None:
+        try:
+            future.set_result(self.lookup(key[0], key[1], 0, socket.SOCK_STREAM))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting attempt
+            future.set_exception(exc)
+        finally:
+            with self.lock:
+                self.pending.pop(key, None)
+
+
 def make_resolver(lookup: Callable[..., Any] = socket.getaddrinfo) -> Resolver:
-    """A resolver over `lookup` (getaddrinfo), which cannot time out by itself and so runs aside."""
+    """A resolver over `lookup` (getaddrinfo) that never waits past the attempt's deadline."""
+    lookups = _Lookups(lookup)
 
     def resolve(host: str, port: int, timeout: float) -> list[IPAddress]:
-        future = _RESOLVER_POOL.submit(lookup, host, port, 0, socket.SOCK_STREAM)
         try:
-            infos = future.result(timeout=max(timeout, 0.001))
+            infos = lookups.future(host, port).result(timeout=max(timeout, 0.001))
         except concurrent.futures.TimeoutError as exc:
             raise ResolveTimeout("name resolution timed out") from exc
         except socket.gaierror as exc:
             if exc.errno in _PERMANENT_DNS_ERRORS:
                 raise InvalidURI("host does not resolve") from exc
             raise TemporaryDNSFailure(exc.errno, "temporary name resolution failure") from exc
+        except (UnicodeError, ValueError) as exc:  # a name getaddrinfo refuses to encode or look up
+            raise InvalidURI("host does not resolve") from exc
         addresses: list[IPAddress] = []
         for family, _type, _proto, _name, sockaddr in infos:
             if family in (socket.AF_INET, socket.AF_INET6):
@@ -119,11 +168,35 @@ def make_resolver(lookup: Callable[..., Any] = socket.getaddrinfo) -> Resolver:
     return resolve
 
 
-_RESOLVER_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="resolve")
 system_resolver = make_resolver()
+
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
+
+
+def _translated(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ipaddress.IPv6Network] | None:
+    """The IPv4 address a NAT64 (RFC 6052) or 6to4 (RFC 3056) address reaches, and its prefix."""
+    if address in NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), NAT64
+    if address in SIX_TO_FOUR:
+        return ipaddress.IPv4Address((int(address) >> 80) & 0xFFFFFFFF), SIX_TO_FOUR
+    return None
 
 
 def is_blocked(address: IPAddress, blacklist: Sequence[IPNetwork]) -> bool:
+    """Whether the list blocks `address`. A NAT64 or 6to4 address is judged by the IPv4 address it
+    reaches (on a DNS64 network every IPv4-only host resolves to one), and by IPv6 entries narrower than
+    its translation prefix; an IPv4-mapped one by both its forms."""
+    if isinstance(address, ipaddress.IPv6Address):
+        translated = _translated(address)
+        if translated is not None:
+            inner, prefix = translated
+            return any(
+                inner in network
+                if network.version == 4
+                else address in network and network.prefixlen > prefix.prefixlen
+                for network in blacklist
+            )
     candidates: list[IPAddress] = [address]
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         candidates.append(address.ipv4_mapped)
@@ -135,12 +208,32 @@ def is_blocked(address: IPAddress, blacklist: Sequence[IPNetwork]) -> bool:
     )
 
 
-def resolve_allowed(target: Target, blacklist: Sequence[IPNetwork], resolver: Resolver, timeout: float) -> IPAddress:
-    """The address to connect to, after every address of the host passed the blacklist."""
+IPV6_PRIVATE = (
+    ("loopback", ipaddress.IPv6Network("::1/128")),
+    ("unique-local", ipaddress.IPv6Network("fc00::/7")),
+    ("link-local", ipaddress.IPv6Network("fe80::/10")),
+)
+
+
+def ipv6_gaps(blacklist: Sequence[IPNetwork]) -> list[str]:
+    """The private IPv6 ranges a non-empty list leaves open (a list copied from IPv4-only settings)."""
+    if not blacklist:
+        return []
+    return [
+        f"{label} {network}"
+        for label, network in IPV6_PRIVATE
+        if not any(entry.version == 6 and network.subnet_of(entry) for entry in blacklist)
+    ]
+
+
+def resolve_allowed(
+    target: Target, blacklist: Sequence[IPNetwork], resolver: Resolver, timeout: float
+) -> tuple[IPAddress, ...]:
+    """The addresses to connect to, in order, once every address of the host passed the blacklist."""
     try:
         addresses: list[IPAddress] = [ipaddress.ip_address(target.host)]
     except ValueError:
         addresses = resolver(target.host, target.port, timeout)
     if any(is_blocked(address, blacklist) for address in addresses):
         raise InvalidURI("host resolves into the outbound blacklist")
-    return addresses[0]
+    return tuple(addresses)

@@ -278,16 +278,27 @@ class SilentMode:
         return bool(self.read())
 
     def read(self) -> bool | None:
-        """True/False, or None when Phorge's config cannot be read (then delivery behaves as False)."""
+        """True/False, or None when Phorge's config cannot be read (then delivery behaves as False).
+
+        One thread refreshes the cached value at a time; meanwhile the others keep the last one rather
+        than queue behind a slow read (only the very first read is waited for).
+        """
         if self.override is not None:
             return self.override
-        with self._lock:
-            now = self._clock()
-            if self._cached is not None and now - self._cached[0] < self._ttl:
-                return self._cached[1]
+        cached = self._cached
+        if cached is not None and self._clock() - cached[0] < self._ttl:
+            return cached[1]
+        if not self._lock.acquire(blocking=cached is None):
+            return cached[1] if cached is not None else None
+        try:
+            cached = self._cached
+            if cached is not None and self._clock() - cached[0] < self._ttl:
+                return cached[1]
             value = self._query()
-            self._cached = (now, value)
+            self._cached = (self._clock(), value)
             return value
+        finally:
+            self._lock.release()
 
     def describe(self) -> dict[str, Any]:
         """For readiness detail and the dashboard: the value and where it came from."""

@@ -307,13 +307,15 @@ def _drain(raw: Any) -> None:
     raw.release_conn()
 
 
-def start_attempt(timeout: float) -> None:
-    """Start the attempt's deadline clock: URI checks and name resolution count against it too."""
-    _attempt.deadline = time.monotonic() + timeout
+def start_attempt(timeout: float, *, started: float | None = None) -> None:
+    """Set the attempt's deadline: `timeout` after `started` (the claim, by default now). Everything
+    from there counts against it: the lookups before the request, the URI checks, name resolution."""
+    _attempt.deadline = (time.monotonic() if started is None else started) + timeout
 
 
-def check_uri(uri: str, blacklist: Sequence[IPNetwork], resolver: Resolver) -> tuple[Target, IPAddress]:
-    """Phorge's URI validation for one hop; raises InvalidURI, TemporaryDNSFailure or ResolveTimeout."""
+def check_uri(uri: str, blacklist: Sequence[IPNetwork], resolver: Resolver) -> tuple[Target, tuple[IPAddress, ...]]:
+    """Phorge's URI validation for one hop: the target and its checked addresses, in the order to try
+    them. Raises InvalidURI, TemporaryDNSFailure or ResolveTimeout."""
     target = parse_target(uri)
     return target, resolve_allowed(target, blacklist, resolver, _remaining())
 
@@ -323,7 +325,7 @@ def post(
     body: bytes,
     signature: str,
     *,
-    first_hop: tuple[Target, IPAddress],
+    first_hop: tuple[Target, tuple[IPAddress, ...]],
     blacklist: Sequence[IPNetwork],
     resolver: Resolver,
 ) -> HttpOutcome:
@@ -334,12 +336,12 @@ def post(
     try:
         current_uri = uri
         payload: bytes | None = body
-        target, address = first_hop
+        target, addresses = first_hop
         for hop in range(MAX_REDIRECTS + 1):
             if hop:
-                target, address = check_uri(current_uri, blacklist, resolver)
-            _attempt.addresses = (str(address),)
-            response = _send_once(target, address, _headers(target, signature, payload), payload)
+                target, addresses = check_uri(current_uri, blacklist, resolver)
+            _attempt.addresses = tuple(str(address) for address in addresses)  # tried in turn, like curl
+            response = _send_once(target, addresses[0], _headers(target, signature, payload), payload)
             try:
                 _drain(response)
             except BaseException:

@@ -7,6 +7,8 @@ gauges use a registry of their own so the two never mix. No per-hook labels, no 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator
 
 from django.conf import settings
@@ -19,8 +21,27 @@ from . import selectors
 logger = logging.getLogger(__name__)
 
 
+CACHE_SEC = 5.0
+
+
 class QueueCollector:
+    """Reads Phorge's tables at most once per CACHE_SEC, however often /metrics is scraped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[Metric]] | None = None
+
     def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if self._cached is None or time.monotonic() - self._cached[0] >= CACHE_SEC:
+                self._cached = (time.monotonic(), list(self._read()))
+            return iter(self._cached[1])
+
+    def forget(self) -> None:
+        with self._lock:
+            self._cached = None
+
+    def _read(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("gorge_webhook_queue_up", "1 when this scrape could read Phorge's herald tables.")
         try:
             health = selectors.queue_health(settings.GORGE_WEBHOOK)
@@ -82,4 +103,5 @@ class QueueCollector:
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)
-REGISTRY.register(QueueCollector())
+COLLECTOR = QueueCollector()
+REGISTRY.register(COLLECTOR)

@@ -64,6 +64,8 @@ def utc(epoch: int | None) -> str:
 def error_label(error_type: str, error_code: str) -> str:
     """Phorge's wording for an errorType/errorCode pair (HeraldWebhookRequest display names)."""
     code = str(error_code)
+    if not error_type and not code:  # marked failed by the poison rule, properties left as stored
+        return "Unreadable request (left as stored)"
     if error_type == "hook":
         return f"Hook error: {HOOK_ERRORS.get(code, code)}"
     if error_type == "timeout":
