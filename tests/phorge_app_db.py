@@ -192,6 +192,7 @@ class AppDatabases:
         lease_expires: int | None = None,
         result: int = 0,
         age: int = 0,
+        object_phid: str | None = None,
     ) -> int:
         """A worker_activetask (or worker_archivetask) row, `age` seconds old, ids shared like Phorge's."""
         now = int(self.execute("SELECT UNIX_TIMESTAMP()")[0][0]) - age
@@ -209,7 +210,7 @@ class AppDatabases:
             "failureCount": 0,
             "dataID": task_id,
             "priority": 2000,
-            "objectPHID": random_phid("HWBR"),
+            "objectPHID": object_phid or random_phid("HWBR"),
             "dateCreated": now,
             "dateModified": now,
             "containerPHID": None,

@@ -174,10 +174,12 @@ def test_every_dashboard_and_api_query_uses_an_index(
     """EXPLAIN each SELECT the UI sends to Phorge's database: none may scan all of herald_webhookrequest."""
     bulk = seed_bulk(phorge)
     settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, service_token="t0ken")
-    # The PHP-guard read goes to Phorge's worker database (absent here) and is cached a few seconds:
+    # The PHP-guard and settings reads go to Phorge's worker and config databases (absent here), cached:
     # read it once now, for long enough, so that it is in no page's budget whatever ran just before.
     monkeypatch.setattr(selectors._php_guard(settings.GORGE_WEBHOOK.namespace), "_ttl", 3600.0)
+    monkeypatch.setattr(selectors._phorge_settings(settings.GORGE_WEBHOOK.namespace), "_ttl", 3600.0)
     selectors.php_delivery_state()
+    selectors.phorge_base_uri()
     # hooks, sent counts, the non-sent slice, the chart, recent failed attempts, recent hook errors
     budgets = {"/": 6, "/api/webhook/stats": 3, "/api/webhook/hooks": 1, "/api/webhook/health": 3, "/metrics": 3}
     seen: dict[str, list[str]] = {}

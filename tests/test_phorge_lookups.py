@@ -217,7 +217,7 @@ def test_sqlite_behaves_as_no_grant(caplog: pytest.LogCaptureFixture) -> None:
     config = dataclasses.replace(settings.GORGE_WEBHOOK, namespace="phabricator", silent=None)
     silent = SilentMode(config, connection=lambda: nullcontext(demo))
     assert silent() is False
-    assert silent.describe() == {"silent": None, "source": "unknown"}
+    assert silent.read() is None
     assert PhpWorkerGuard("phabricator", connection=lambda: nullcontext(demo)).state()["state"] == "unknown"
 
 
@@ -259,7 +259,7 @@ def test_silent_from_phorge_config(app_db: AppDatabases, value: str, deleted: bo
     app_db.config("phabricator.silent", "true", namespace="other")
     silent = SilentMode(config)
     assert silent() is expected
-    assert silent.describe() == {"silent": expected, "source": "phorge config database"}
+    assert silent.read() is expected
 
 
 @pytest.mark.parametrize(("override", "stored"), [(True, "false"), (False, "true")])
@@ -267,7 +267,7 @@ def test_environment_override_wins_both_ways(app_db: AppDatabases, override: boo
     app_db.config("phabricator.silent", stored)
     silent = SilentMode(dataclasses.replace(settings.GORGE_WEBHOOK, silent=override))
     assert silent() is override
-    assert silent.describe() == {"silent": override, "source": "GORGE_WEBHOOK_SILENT"}
+    assert silent.read() is override
 
 
 def test_silent_is_cached_for_a_few_seconds(app_db: AppDatabases) -> None:
@@ -292,7 +292,7 @@ def test_silent_without_grant_is_off_unknown_and_logged_once(
         ttl=0,
     )
     assert [silent(), silent(), silent()] == [False, False, False]
-    assert silent.describe() == {"silent": None, "source": "unknown"}
+    assert silent.read() is None
     assert len([r for r in caplog.records if "phabricator.silent is unknown" in r.getMessage()]) == 1
 
 
@@ -317,6 +317,7 @@ def test_guard_follows_php_webhook_tasks(app_db: AppDatabases) -> None:
         "active_tasks": 0,
         "leased_tasks": 0,
         "recently_archived": 0,
+        "last_delivery": None,
         "detail": "0 HeraldWebhookWorker task(s) queued in Phorge (0 leased by phd); 0 run by phd in the last 15 min",
     }
     app_db.worker_task(task_class="PhabricatorApplicationTransactionPublishWorker")
@@ -333,9 +334,13 @@ def test_guard_follows_php_webhook_tasks(app_db: AppDatabases) -> None:
 
     app_db.execute(f"DELETE FROM {app_db.table('worker', 'worker_activetask')} WHERE taskClass = 'HeraldWebhookWorker'")
     assert guard.state()["state"] == "idle"
-    app_db.worker_task(archived=True, result=1)  # phd ran one and it failed: still PHP at work
+    app_db.worker_task(archived=True, result=1, age=300)  # phd ran one five minutes ago: recent, not active
     state = guard.state()
-    assert (state["state"], state["active_tasks"], state["recently_archived"]) == ("active", 0, 1)
+    assert (state["state"], state["active_tasks"], state["recently_archived"]) == ("recent", 0, 1)
+    assert abs(state["last_delivery"] - (now - 300)) <= 2
+    app_db.worker_task(archived=True, result=1)  # and one just now (it failed): PHP is at work
+    state = guard.state()
+    assert (state["state"], state["recently_archived"]) == ("active", 2)
     assert queued
 
 

@@ -13,17 +13,22 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.paginator import Paginator
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
+from . import selectors
 from .models import HeraldWebhook, HeraldWebhookRequest
+from .payload import phid_get_type
 from .phpjson import UndecodableProperties, decode_properties
 
 admin.site.site_header = "gorge-webhook"
 admin.site.site_title = "gorge-webhook"
 admin.site.index_title = "Phorge webhook delivery"
+admin.site.enable_nav_sidebar = False  # three lists: the width is the request list's
+
+PHID_STYLE = "font-size:11px;white-space:nowrap"
 
 COUNT_CAP = 10_000
 
@@ -96,18 +101,28 @@ class HeraldWebhookAdmin(ReadOnlyAdmin):
         return _when(obj.date_modified)
 
 
+def _phorge_link(base: str | None, path: str, text: str) -> str:
+    if base is None:
+        return format_html('<code style="{}">{}</code>', PHID_STYLE, text)
+    return format_html('<a href="{}{}" rel="noreferrer"><code style="{}">{}</code></a>', base, path, PHID_STYLE, text)
+
+
 @admin.register(HeraldWebhookRequest)
 class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
+    """Answers "what happened to the webhooks of this object / this hook?": search by request, object or
+    hook PHID, or by hook name; links into Phorge's own pages when its base URI can be read."""
+
     paginator = CappedPaginator
     sortable_by = ["id"]  # any other order is a filesort over every retained row
-    list_display = ["id", "phid", "webhook_phid", "status", "last_request_result", "error", "last_attempt", "created"]
+    list_display = ["id", "request", "hook", "object", "outcome", "error", "last_attempt"]
     list_filter = ["status", "last_request_result"]
-    search_fields = ["phid__exact", "webhook_phid__exact"]
+    search_fields = ["phid__exact", "object_phid__exact", "webhook_phid__exact"]
+    search_help_text = "a request, object or hook PHID, or part of a hook's name"
     fields = readonly_fields = (
         "id",
         "phid",
-        "webhook_phid",
-        "object_phid",
+        "hook",
+        "object",
         "status",
         "last_request_result",
         "last_attempt",
@@ -115,6 +130,53 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
         "modified",
         "decoded_properties",
     )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[HeraldWebhookRequest]:
+        hook = HeraldWebhook.objects.filter(phid=OuterRef("webhook_phid"))
+        queryset: QuerySet[HeraldWebhookRequest] = super().get_queryset(request)
+        return queryset.annotate(hook_name=Subquery(hook.values("name")[:1]), hook_id=Subquery(hook.values("id")[:1]))
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[HeraldWebhookRequest], search_term: str
+    ) -> tuple[QuerySet[HeraldWebhookRequest], bool]:
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if term and not term.startswith("PHID-"):
+            named = HeraldWebhook.objects.filter(name__icontains=term).values_list("phid", flat=True)[:100]
+            found = found | queryset.filter(webhook_phid__in=list(named))
+        return found, duplicates
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        self._base = selectors.phorge_base_uri()
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, *args: Any, **kwargs: Any) -> Any:
+        self._base = selectors.phorge_base_uri()
+        return super().change_view(request, object_id, *args, **kwargs)
+
+    _base: str | None = None
+
+    @admin.display(description="request", ordering="id")
+    def request(self, obj: Any) -> str:
+        if obj.hook_id is None:
+            return _phorge_link(None, "", obj.phid)
+        return _phorge_link(self._base, f"/herald/webhook/view/{obj.hook_id}/request/{obj.id}/", obj.phid)
+
+    @admin.display(description="hook")
+    def hook(self, obj: Any) -> str:
+        name = obj.hook_name if obj.hook_name is not None else "(hook gone)"
+        path = "" if obj.hook_id is None else f"/herald/webhook/view/{obj.hook_id}/"
+        return format_html("{}<br>{}", name, _phorge_link(self._base if path else None, path, obj.webhook_phid))
+
+    @admin.display(description="object")
+    def object(self, obj: Any) -> str:
+        return format_html(
+            '{}<br><code style="{}">{}</code>', phid_get_type(obj.object_phid), PHID_STYLE, obj.object_phid
+        )
+
+    @admin.display(description="status / result")
+    def outcome(self, obj: HeraldWebhookRequest) -> str:
+        return f"{obj.status} / {obj.last_request_result}"
 
     @staticmethod
     def _properties(obj: HeraldWebhookRequest) -> dict[str, Any] | None:

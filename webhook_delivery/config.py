@@ -43,7 +43,8 @@ class DeliveryConfig:
     retry_backoff_sec: int = 300
     error_backoff_sec: int = 300
     error_threshold: int = 10
-    outbound_blacklist: tuple[IPNetwork, ...] = ()
+    outbound_blacklist: tuple[IPNetwork, ...] = ()  # GORGE_WEBHOOK_OUTBOUND_BLACKLIST, or Phorge's default
+    outbound_blacklist_from_env: bool = False
     silent: bool | None = None
     service_token: str = field(default="", repr=False)
 
@@ -204,6 +205,7 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         error_backoff_sec=error_backoff,
         error_threshold=threshold,
         outbound_blacklist=blacklist,
+        outbound_blacklist_from_env=raw_blacklist is not None,
         silent=silent,
         service_token=r.env.get("GORGE_SERVICE_TOKEN", "").strip(),
     )

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from . import metrics, transport
-from .config import DeliveryConfig
+from .config import DeliveryConfig, IPNetwork
 from .netguard import InvalidURI, Resolver, TemporaryDNSFailure, system_resolver
 from .outcomes import (
     DISABLED,
@@ -54,11 +54,13 @@ class Dispatcher:
         *,
         resolver: Resolver = system_resolver,
         silent: Callable[[], bool] | None = None,
+        blacklist: Callable[[], Sequence[IPNetwork]] | None = None,
         objects: ObjectLookup | None = None,
     ) -> None:
         self.config = config
         self.resolver = resolver
         self.silent = silent or (lambda: bool(config.silent))
+        self.blacklist = blacklist or (lambda: config.outbound_blacklist)
         self.objects = objects or StoredOrder()
 
     def process(
@@ -75,8 +77,9 @@ class Dispatcher:
         began = time.monotonic()
         transport.start_attempt(self.config.delivery_timeout, started=started)
         try:
+            blacklist = self.blacklist()
             try:
-                first_hop = transport.check_uri(hook.uri, self.config.outbound_blacklist, self.resolver)
+                first_hop = transport.check_uri(hook.uri, blacklist, self.resolver)
             except (TemporaryDNSFailure, TimeoutError) as exc:  # the deadline, from the claim, may be gone already
                 return from_http(transport.failure(exc), retry_forever=retries_forever(properties))
             transactions = self.objects.transactions(row.object_phid, properties.get("transactionPHIDs"))
@@ -96,7 +99,7 @@ class Dispatcher:
                 body,
                 sign(body, hook.hmac_key),
                 first_hop=first_hop,
-                blacklist=self.config.outbound_blacklist,
+                blacklist=blacklist,
                 resolver=self.resolver,
             )
             metrics.ATTEMPT_SECONDS.observe(time.monotonic() - began)

@@ -23,6 +23,7 @@ from .config import DeliveryConfig
 from .dispatcher import Dispatcher, UnsendableRequest
 from .locks import webhook_lock_name
 from .outcomes import Outcome, with_error
+from .phorge_lookups import PhpWorkerGuard
 from .phpjson import UndecodableProperties, decode_properties, encode_compact
 from .sessions import LockSession
 from .store import Hook, RequestRow, Store, is_due
@@ -30,6 +31,8 @@ from .store import Hook, RequestRow, Store, is_due
 logger = logging.getLogger(__name__)
 
 WRITE_MARGIN_SEC = 2.0
+PHP_TASK_RECHECK_SEC = 15  # PHP's own worker yields a busy hook for 15 s
+PHP_YOUNG_SEC = 3
 
 
 class Lane(enum.Enum):
@@ -55,6 +58,7 @@ class JobResult:
     retried: list[tuple[int, int]] = field(default_factory=list)  # (id, epoch): queued again after a failure
     fresh: list[RequestRow] = field(default_factory=list)  # re-read: newer snapshots for the window
     claimed: list[int] = field(default_factory=list)  # claimed, outcome not written: wait for the lease
+    deferred: list[tuple[int, int]] = field(default_factory=list)  # (id, db time): left alone until then
     answered: bool | None = None  # True after a 2xx, False after a failed or timed-out attempt
     lock_busy: bool = False
     lock_lost: bool = False
@@ -112,6 +116,7 @@ class JobRunner:
         dispatcher: Dispatcher,
         counters: Counters,
         stopping: threading.Event,
+        php: PhpWorkerGuard | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -119,6 +124,8 @@ class JobRunner:
         self.dispatcher = dispatcher
         self.counters = counters
         self.stopping = stopping
+        self.php = php
+        self.php_active = False  # set by the main loop from the guard: PHP delivered lately
 
     def run(self, job: Job) -> JobResult:
         result = JobResult(job.hook_phid)
@@ -153,7 +160,8 @@ class JobRunner:
         return False
 
     def _reread(self, rows: list[RequestRow], result: JobResult) -> list[RequestRow]:
-        """The rows as they are now (with properties); those no longer due go back to the window."""
+        """The rows as they are now (with properties); those no longer due go back to the window, and
+        those that are PHP's to deliver are left alone for a while."""
         fresh, now = self.store.fetch([row.id for row in rows])
         by_id = {row.id: row for row in fresh}
         due = []
@@ -165,7 +173,28 @@ class JobRunner:
                 due.append(current)
             else:
                 result.fresh.append(current)
-        return due
+        return self._leave_to_php(due, result, now) if due and now is not None else due
+
+    def _leave_to_php(self, rows: list[RequestRow], result: JobResult, now: int) -> list[RequestRow]:
+        """While Phorge's own worker still delivers, a request with a live HeraldWebhookWorker task is
+        PHP's, and so is one too young for its task to be visible yet (queueCall() saves the row a moment
+        before it schedules the task). PHP checks `status` before it takes the hook lock and not again
+        inside it, so taking such a row could send it twice. Without the grant: as before."""
+        live = None if self.php is None else self.php.live_tasks(row.phid for row in rows)
+        if live is None:
+            return rows
+        mine = []
+        for row in rows:
+            if row.phid in live:
+                result.deferred.append((row.id, now + PHP_TASK_RECHECK_SEC))
+            elif self.php_active and row.date_created > now - PHP_YOUNG_SEC:
+                result.deferred.append((row.id, row.date_created + PHP_YOUNG_SEC))
+            else:
+                mine.append(row)
+        if len(mine) < len(rows):
+            metrics.LEFT_TO_PHP.inc(len(rows) - len(mine))
+            self.counters.add("left_to_php", len(rows) - len(mine))
+        return mine
 
     def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int) -> None:
         pending = self._reread(job.rows, result)

@@ -35,3 +35,7 @@ LANE_IN_FLIGHT = Gauge(
     "Deliveries in flight by lane: hooks answering, new to this worker, or failing (capped share).",
     ["lane"],
 )
+LEFT_TO_PHP = Counter(
+    "gorge_webhook_left_to_php",
+    "Requests left to Phorge's own PHP worker (a live HeraldWebhookWorker task, or too young to tell).",
+)

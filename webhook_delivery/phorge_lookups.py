@@ -29,7 +29,8 @@ from typing import Any
 from django.db import DatabaseError, connections
 from prometheus_client import Gauge
 
-from .config import DeliveryConfig
+from .config import DeliveryConfig, IPNetwork, parse_blacklist
+from .netguard import ipv6_gaps
 from .payload import phid_get_type, stored_values, transactions_newest_first
 
 logger = logging.getLogger(__name__)
@@ -41,13 +42,15 @@ NO_ACCESS_ERRORS = frozenset({1044, 1049, 1142, 1143, 1146})
 WEBHOOK_TASK_CLASS = "HeraldWebhookWorker"
 ARCHIVE_RESULT_CANCELLED = 2  # PhabricatorWorkerArchiveTask::RESULT_CANCELLED (bin/worker cancel)
 RECENT_ARCHIVE_SEC = 15 * 60
+ACTIVE_ARCHIVE_SEC = 60
 CACHE_SEC = 5.0
 
 PHP_WORKER_ACTIVE = Gauge(
     "gorge_webhook_php_worker_active",
-    "Phorge's PHP worker runs HeraldWebhookWorker tasks: 1 yes, 0 no, -1 unknown (no grant on <ns>_worker).",
+    "Phorge's PHP worker runs HeraldWebhookWorker tasks: 1 yes, 0 no (or only in the last 15 minutes), "
+    "-1 unknown (no grant on <ns>_worker).",
 )
-_GAUGE_VALUE = {"active": 1, "idle": 0, "unknown": -1}
+_GAUGE_VALUE = {"active": 1, "recent": 0, "idle": 0, "unknown": -1}
 
 # A connection lent for one statement: the worker's session pool, or the calling thread's own connection.
 ConnectionSource = Callable[[], AbstractContextManager[Any]]
@@ -249,42 +252,36 @@ def php_truthy(value: Any) -> bool:
     return bool(value)
 
 
-class SilentMode:
-    """`phabricator.silent` as Phorge's worker sees it; callable as Dispatcher(silent=...).
+SETTING_KEYS = ("phabricator.silent", "security.outbound-blacklist", "phabricator.base-uri")
 
-    GORGE_WEBHOOK_SILENT wins. Otherwise the value comes from Phorge's config database (cached a few
-    seconds, it is read before every delivery). A value set only in Phorge's local.json is invisible here:
-    such installs set GORGE_WEBHOOK_SILENT as well.
+
+class PhorgeSettings:
+    """The few of Phorge's own settings the service honours, read from its config database
+    (`<ns>_config.config_entry`, the optional grant) in one query, cached a few seconds.
+
+    `values()` is None when the table cannot be read; otherwise the keys Phorge stores there, decoded
+    (a key missing means Phorge's default). One thread refreshes the cache at a time; meanwhile the others
+    keep the last values rather than queue behind a slow read (only the very first read is waited for).
+    Values set only in Phorge's local.json files are invisible here: the GORGE_* variables cover them.
     """
 
     def __init__(
         self,
-        config: DeliveryConfig,
+        namespace: str,
         *,
         connection: ConnectionSource | None = None,
         ttl: float = CACHE_SEC,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.override = config.silent
-        self.table = qualified(config.namespace, "config", "config_entry")
+        self.table = qualified(namespace, "config", "config_entry")
         self._connection = connection or _default_connection
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
-        self._cached: tuple[float, bool | None] | None = None
+        self._cached: tuple[float, dict[str, Any] | None] | None = None
         self._unreadable = False
 
-    def __call__(self) -> bool:
-        return bool(self.read())
-
-    def read(self) -> bool | None:
-        """True/False, or None when Phorge's config cannot be read (then delivery behaves as False).
-
-        One thread refreshes the cached value at a time; meanwhile the others keep the last one rather
-        than queue behind a slow read (only the very first read is waited for).
-        """
-        if self.override is not None:
-            return self.override
+    def values(self) -> dict[str, Any] | None:
         cached = self._cached
         if cached is not None and self._clock() - cached[0] < self._ttl:
             return cached[1]
@@ -294,57 +291,124 @@ class SilentMode:
             cached = self._cached
             if cached is not None and self._clock() - cached[0] < self._ttl:
                 return cached[1]
-            value = self._query()
-            self._cached = (self._clock(), value)
-            return value
+            values = self._query()
+            self._cached = (self._clock(), values)
+            return values
         finally:
             self._lock.release()
 
-    def describe(self) -> dict[str, Any]:
-        """For readiness detail and the dashboard: the value and where it came from."""
-        value = self.read()
-        if self.override is not None:
-            source = "GORGE_WEBHOOK_SILENT"
-        elif value is None:
-            source = "unknown"
-        else:
-            source = "phorge config database"
-        return {"silent": value, "source": source}
-
-    def _query(self) -> bool | None:
+    def _query(self) -> dict[str, Any] | None:
         sql = (
-            f"SELECT value FROM {self.table} "
-            "WHERE namespace = 'default' AND configKey = 'phabricator.silent' AND isDeleted = 0"
+            f"SELECT configKey, value FROM {self.table} WHERE namespace = 'default' "
+            f"AND configKey IN ({', '.join(['%s'] * len(SETTING_KEYS))}) AND isDeleted = 0"
         )
         try:
-            rows = _select(self._connection, sql, [])
+            rows = _select(self._connection, sql, SETTING_KEYS)
         except _NoAccessError as exc:
             if not self._unreadable:
                 self._unreadable = True
                 logger.warning(
-                    f"cannot read {self.table}: phabricator.silent is unknown and taken as off; "
-                    "set GORGE_WEBHOOK_SILENT to decide explicitly",
+                    f"cannot read {self.table}: phabricator.silent is unknown and taken as off, and "
+                    "security.outbound-blacklist as Phorge's default; set GORGE_WEBHOOK_SILENT and "
+                    "GORGE_WEBHOOK_OUTBOUND_BLACKLIST to decide explicitly",
                     extra={"mysql_error": exc.code},
                 )
             return None
         if self._unreadable:
             self._unreadable = False
-            logger.info(f"reading phabricator.silent from {self.table} again")
-        if not rows:
-            return False
+            logger.info(f"reading Phorge's settings from {self.table} again")
+        values: dict[str, Any] = {}
+        for key, value in rows:
+            try:
+                values[_text(key)] = json.loads(_text(value))
+            except ValueError:
+                values[_text(key)] = None  # PHP's json_decode gives null
+        return values
+
+
+class SilentMode:
+    """`phabricator.silent` as Phorge's worker sees it; callable as Dispatcher(silent=...).
+
+    GORGE_WEBHOOK_SILENT wins; otherwise Phorge's config database says (a missing value is off).
+    """
+
+    def __init__(
+        self,
+        config: DeliveryConfig,
+        *,
+        settings: PhorgeSettings | None = None,
+        connection: ConnectionSource | None = None,
+        ttl: float = CACHE_SEC,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.override = config.silent
+        self.settings = settings or PhorgeSettings(config.namespace, connection=connection, ttl=ttl, clock=clock)
+
+    def __call__(self) -> bool:
+        return bool(self.read())
+
+    def read(self) -> bool | None:
+        """True/False, or None when Phorge's config cannot be read (then delivery behaves as False)."""
+        if self.override is not None:
+            return self.override
+        values = self.settings.values()
+        return None if values is None else php_truthy(values.get("phabricator.silent"))
+
+
+class OutboundBlacklist:
+    """The outbound blacklist in force; callable as Dispatcher(blacklist=...).
+
+    GORGE_WEBHOOK_OUTBOUND_BLACKLIST wins; otherwise Phorge's own `security.outbound-blacklist` when its
+    config database can be read and the installation changed it; otherwise Phorge's default list. Which
+    one is in force is logged at start-up and whenever it changes.
+    """
+
+    def __init__(self, config: DeliveryConfig, settings: PhorgeSettings) -> None:
+        self.config = config
+        self.settings = settings
+        self._reported: tuple[str, tuple[IPNetwork, ...]] | None = None
+        self._invalid_logged = False
+
+    def __call__(self) -> tuple[IPNetwork, ...]:
+        source, networks = self.current()
+        if (source, networks) != self._reported:
+            self._reported = (source, networks)
+            gaps = ipv6_gaps(networks)
+            logger.info(
+                f"outbound blacklist in force: {source}",
+                extra={"ranges": len(networks), "ipv6_open": ", ".join(gaps) or None},
+            )
+        return networks
+
+    def current(self) -> tuple[str, tuple[IPNetwork, ...]]:
+        if self.config.outbound_blacklist_from_env:
+            return "GORGE_WEBHOOK_OUTBOUND_BLACKLIST", self.config.outbound_blacklist
+        values = self.settings.values()
+        if values is None:
+            return f"Phorge's default list ({self.settings.table} cannot be read)", self.config.outbound_blacklist
+        configured = values.get("security.outbound-blacklist")
+        if configured is None:
+            return "Phorge's default list (security.outbound-blacklist not changed)", self.config.outbound_blacklist
         try:
-            decoded = json.loads(_text(rows[0][0]))
+            if not isinstance(configured, list):
+                raise ValueError("not a list")
+            return "Phorge's security.outbound-blacklist", parse_blacklist(json.dumps(configured))
         except ValueError:
-            decoded = None  # PHP's json_decode gives null: not silent
-        return php_truthy(decoded)
+            if not self._invalid_logged:
+                self._invalid_logged = True
+                logger.error("Phorge's security.outbound-blacklist is not a list of CIDR blocks: using the default")
+            return "Phorge's default list (security.outbound-blacklist unreadable)", self.config.outbound_blacklist
 
 
 class PhpWorkerGuard:
     """Whether Phorge's PHP daemon is (still) delivering webhooks: the handover check of SPEC §6.
 
-    "active": HeraldWebhookWorker tasks are queued in Phorge (phd will run them) or phd ran some in the
-    last 15 minutes (succeeded or failed; tasks cancelled with `bin/worker cancel` do not count).
-    "idle": neither. "unknown": the worker tables cannot be read (never reported as idle).
+    "active": HeraldWebhookWorker tasks are queued or leased in Phorge (phd will run them), or phd
+    finished one in the last minute. "recent": phd finished one in the last 15 minutes (`last_delivery`
+    says when; tasks cancelled with `bin/worker cancel` do not count). "idle": neither. "unknown": the
+    worker tables cannot be read (never reported as idle).
+
+    `live_tasks()` names the requests that still have such a task: those are PHP's to deliver.
     """
 
     def __init__(
@@ -365,23 +429,25 @@ class PhpWorkerGuard:
         self._lock = threading.Lock()
         self._cached: tuple[float, dict[str, Any]] | None = None
         self._reported: str | None = None
+        self._unreadable_until = 0.0
 
     def active_sql(self) -> str:
         # key `taskClass`; "leased" = claimed by a phd worker whose lease has not run out.
         return (
-            "SELECT COUNT(*), COALESCE(SUM(leaseOwner IS NOT NULL AND leaseExpires > UNIX_TIMESTAMP()), 0) "
-            f"FROM {self.active_table} WHERE taskClass = %s"
+            "SELECT COUNT(*), COALESCE(SUM(leaseOwner IS NOT NULL AND leaseExpires > UNIX_TIMESTAMP()), 0), "
+            f"UNIX_TIMESTAMP() FROM {self.active_table} WHERE taskClass = %s"
         )
 
     def archive_sql(self) -> str:
         # key `key_modified`: archiving inserts the row, so dateModified is the time phd finished it.
         return (
-            f"SELECT COUNT(*) FROM {self.archive_table} WHERE dateModified >= UNIX_TIMESTAMP() - %s "
-            "AND taskClass = %s AND result <> %s"
+            f"SELECT COUNT(*), MAX(dateModified) FROM {self.archive_table} "
+            "WHERE dateModified >= UNIX_TIMESTAMP() - %s AND taskClass = %s AND result <> %s"
         )
 
     def state(self) -> dict[str, Any]:
-        """{"state", "active_tasks", "leased_tasks", "recently_archived", "detail"}, cached a few seconds."""
+        """{"state", "active_tasks", "leased_tasks", "recently_archived", "last_delivery", "detail"},
+        cached a few seconds."""
         with self._lock:
             now = self._clock()
             if self._cached is not None and now - self._cached[0] < self._ttl:
@@ -393,31 +459,35 @@ class PhpWorkerGuard:
     def _read(self) -> dict[str, Any]:
         connection = self._connection
         try:
-            ((active, leased),) = _select(connection, self.active_sql(), [WEBHOOK_TASK_CLASS])
+            ((active, leased, db_now),) = _select(connection, self.active_sql(), [WEBHOOK_TASK_CLASS])
         except _NoAccessError:
             return {
                 "state": "unknown",
                 "active_tasks": None,
                 "leased_tasks": None,
                 "recently_archived": None,
+                "last_delivery": None,
                 "detail": f"cannot read {self.active_table} (no SELECT grant, or not Phorge's database)",
             }
-        active, leased = int(active), int(leased)
+        active, leased, db_now = int(active), int(leased), int(db_now)
         try:
-            ((archived,),) = _select(
+            ((archived, latest),) = _select(
                 connection, self.archive_sql(), [self.recent_sec, WEBHOOK_TASK_CLASS, ARCHIVE_RESULT_CANCELLED]
             )
             recent: int | None = int(archived)
+            last: int | None = None if latest is None else int(latest)
         except _NoAccessError:
-            recent = None
+            recent = last = None
         minutes = self.recent_sec // 60
         parts = [f"{active} HeraldWebhookWorker task(s) queued in Phorge ({leased} leased by phd)"]
         if recent is None:
             parts.append(f"cannot read {self.archive_table}")
         else:
             parts.append(f"{recent} run by phd in the last {minutes} min")
-        if active or recent:
+        if active or (last is not None and last >= db_now - ACTIVE_ARCHIVE_SEC):
             state = "active"
+        elif last is not None:
+            state = "recent"
         elif recent is None:
             state = "unknown"
         else:
@@ -427,8 +497,28 @@ class PhpWorkerGuard:
             "active_tasks": active,
             "leased_tasks": leased,
             "recently_archived": recent,
+            "last_delivery": last,
             "detail": "; ".join(parts),
         }
+
+    def live_tasks(self, request_phids: Iterable[str]) -> set[str] | None:
+        """The requests among these that have a queued or leased HeraldWebhookWorker task (key_object);
+        None when the worker tables cannot be read."""
+        phids = list(request_phids)
+        if self._unreadable_until > self._clock():
+            return None
+        if not phids:
+            return set()
+        sql = (
+            f"SELECT objectPHID FROM {self.active_table} "
+            f"WHERE objectPHID IN ({', '.join(['%s'] * len(phids))}) AND taskClass = %s"
+        )
+        try:
+            rows = _select(self._connection, sql, [*phids, WEBHOOK_TASK_CLASS])
+        except _NoAccessError:
+            self._unreadable_until = self._clock() + UNREADABLE_RECHECK_SEC
+            return None
+        return {_text(phid) for (phid,) in rows}
 
     def watch(self) -> dict[str, Any]:
         """For the worker's poll loop: refresh (cached), set the gauge, log when the state changes.
@@ -444,6 +534,7 @@ class PhpWorkerGuard:
                 "active_tasks": None,
                 "leased_tasks": None,
                 "recently_archived": None,
+                "last_delivery": None,
                 "detail": "database error while reading Phorge's worker tables",
             }
         PHP_WORKER_ACTIVE.set(_GAUGE_VALUE[state["state"]])
@@ -458,6 +549,11 @@ class PhpWorkerGuard:
                 logger.warning(
                     "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (see README handover)",
                     extra=extra,
+                )
+            elif state["state"] == "recent":
+                logger.info(
+                    "Phorge's PHP worker delivered webhooks in the last 15 minutes, none is queued for it now",
+                    extra={**extra, "last_delivery": state["last_delivery"]},
                 )
             elif state["state"] == "idle":
                 logger.info("Phorge's PHP worker is not delivering webhooks", extra=extra)

@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 
 from .config import DeliveryConfig
-from .phorge_lookups import PhpWorkerGuard
+from .phorge_lookups import PhorgeSettings, PhpWorkerGuard
 from .status.models import WorkerHeartbeat
 from .store import HOOKS, Store
 
@@ -126,16 +126,17 @@ class HookRow:
     name: str
     status: str
     misconfigured: bool  # empty HMAC key: the worker never calls it unsigned
+    id: int = 0  # Phorge's id: its pages are /herald/webhook/view/<id>/
 
 
 def hooks() -> tuple[int, list[HookRow]]:
     """Every hook (no URI, no key) and the database clock."""
     store = Store(PHORGE)
     rows = _fetch(
-        f"SELECT phid, name, status, hmacKey = '' AS no_key, {store.now_sql} FROM {HOOKS} ORDER BY name, id", {}
+        f"SELECT phid, name, status, hmacKey = '' AS no_key, {store.now_sql}, id FROM {HOOKS} ORDER BY name, id", {}
     )
     now = int(rows[0][4]) if rows else store.db_now()
-    return now, [HookRow(_text(r[0]), _text(r[1]), _text(r[2]), bool(r[3])) for r in rows]
+    return now, [HookRow(_text(r[0]), _text(r[1]), _text(r[2]), bool(r[3]), _int(r[5])) for r in rows]
 
 
 def hook_total() -> int:
@@ -191,6 +192,7 @@ class ErrorCount:
 class HookHealth:
     phid: str
     name: str
+    id: int
     status: str
     misconfigured: bool
     queued: int = 0
@@ -222,7 +224,10 @@ class HookHealth:
             return "misconfigured"
         if self.in_backoff:
             return "backoff"
-        if self.last_failure is not None and (self.last_success is None or self.last_failure >= self.last_success):
+        # Only what the receiver did: a refused URI or a deleted object is the request's, not the receiver's.
+        if self.last_failed_attempt is not None and (
+            self.last_success is None or self.last_failed_attempt >= self.last_success
+        ):
             return "failing"
         return "ok"
 
@@ -388,6 +393,7 @@ def queue_health(config: DeliveryConfig) -> QueueHealth:
         health.append(
             HookHealth(
                 phid=hook.phid,
+                id=hook.id,
                 name=hook.name,
                 status=hook.status,
                 misconfigured=hook.misconfigured,
@@ -461,6 +467,7 @@ class RecentFailure:
     phid: str
     hook_phid: str
     hook_name: str
+    hook_id: int
     status: str
     last_result: str
     failed_at: int
@@ -480,7 +487,7 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
     with lastRequestEpoch = 0 and the failure time in dateModified) from the failing hooks' `none` slice.
     """
     store = Store(PHORGE)
-    names = {hook.phid: hook.name for hook in health.hooks}
+    by_phid = {hook.phid: hook for hook in health.hooks}
     since = health.now - RECENT_ATTEMPTS_SEC
     columns = (
         f"SELECT id, phid, webhookPHID, status, lastRequestResult, dateModified, "
@@ -509,7 +516,8 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
             id=_int(r[0]),
             phid=_text(r[1]),
             hook_phid=_text(r[2]),
-            hook_name=names.get(_text(r[2]), ""),
+            hook_name=by_phid[_text(r[2])].name if _text(r[2]) in by_phid else "",
+            hook_id=by_phid[_text(r[2])].id if _text(r[2]) in by_phid else 0,
             status=_text(r[3]),
             last_result=_text(r[4]),
             failed_at=_int(r[5]),
@@ -600,11 +608,29 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
 class PhpDeliveryState(TypedDict, total=False):
     """The shape of phorge_lookups.PhpWorkerGuard.state(); only `state` is required."""
 
-    state: Required[Literal["idle", "active", "unknown"]]
+    state: Required[Literal["idle", "active", "recent", "unknown"]]
     active_tasks: int | None
     leased_tasks: int | None
     recently_archived: int | None
+    last_delivery: int | None  # epoch of the newest task phd finished in the last 15 minutes
     detail: str
+
+
+@functools.cache
+def _phorge_settings(namespace: str) -> PhorgeSettings:
+    return PhorgeSettings(namespace)  # one per process, cached a few seconds
+
+
+def phorge_base_uri() -> str | None:
+    """Phorge's `phabricator.base-uri` (for links into its UI), when its config database can be read."""
+    try:
+        values = _phorge_settings(settings.GORGE_WEBHOOK.namespace).values()
+    except DatabaseError:
+        return None
+    base = (values or {}).get("phabricator.base-uri")
+    if not isinstance(base, str) or not base.startswith(("https://", "http://")):
+        return None
+    return base.rstrip("/")
 
 
 @functools.cache
@@ -638,6 +664,7 @@ class Dashboard:
     failures: list[RecentFailure]
     workers: list[WorkerStatus]
     php: PhpDeliveryState
+    phorge_uri: str | None = None  # phabricator.base-uri, for links into Phorge's pages
 
     @property
     def alive_workers(self) -> int:
@@ -664,4 +691,5 @@ def dashboard(config: DeliveryConfig) -> Dashboard:
         failures=recent_failures(health),
         workers=workers(),
         php=php_delivery_state(),
+        phorge_uri=phorge_base_uri(),
     )

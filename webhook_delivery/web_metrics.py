@@ -97,7 +97,7 @@ class QueueCollector:
             labels=["state"],
         )
         current = selectors.php_delivery_state()["state"]
-        for state in ("idle", "active", "unknown"):
+        for state in ("idle", "active", "recent", "unknown"):
             php.add_metric([state], 1 if state == current else 0)
         yield php
 

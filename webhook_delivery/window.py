@@ -424,16 +424,18 @@ class QueueWindow:
         retried: Iterable[tuple[int, int]] = (),
         fresh: Iterable[RequestRow] = (),
         claimed: Iterable[int] = (),
+        deferred: Iterable[tuple[int, int]] = (),
     ) -> None:
         """Take back the rows `take` handed out: `done` are no longer queued, `retried` (id, epoch written)
         wait out their retry backoff, `fresh` are newer snapshots, `claimed` are under a claim of ours
-        whose outcome was not written (they wait out the lease); the others are as they were."""
+        whose outcome was not written (they wait out the lease), `deferred` (id, db time) are left alone
+        until then; the others are as they were."""
         hook = self.hooks[phid]
         now = self.estimated_now()
-        for row_id in claimed:
+        for row_id, until in [*((row_id, now + self.lease) for row_id in claimed), *deferred]:
             if row_id in hook.out:
                 hook.out.discard(row_id)
-                heapq.heappush(hook.waiting, (now + self.lease, row_id))
+                heapq.heappush(hook.waiting, (until, row_id))
                 self._waiting_hooks.add(phid)
         for row_id in done:
             self._drop(hook, row_id)

@@ -29,7 +29,7 @@ from . import metrics
 from .config import DeliveryConfig
 from .dispatcher import Dispatcher
 from .job import Counters, Job, JobResult, JobRunner, Lane
-from .phorge_lookups import PhorgeObjects, PhpWorkerGuard, SilentMode
+from .phorge_lookups import OutboundBlacklist, PhorgeObjects, PhorgeSettings, PhpWorkerGuard, SilentMode
 from .sessions import LockSession, SessionPool, close_quietly
 from .status.heartbeat import Heartbeat
 from .store import Hook, Store
@@ -114,12 +114,14 @@ class Worker:
         self.reader = Store(alias)
         self.pool = SessionPool(alias, config.db_pool_size)
         self.locks = LockSession(alias)
+        self.phorge_settings = PhorgeSettings(config.namespace, connection=self.pool.connection)
         self.dispatcher = dispatcher or Dispatcher(
             config,
-            silent=SilentMode(config, connection=self.pool.connection),
+            silent=SilentMode(config, settings=self.phorge_settings),
+            blacklist=OutboundBlacklist(config, self.phorge_settings),
             objects=PhorgeObjects(config.namespace, connection=self.pool.connection),
         )
-        self.php_guard = PhpWorkerGuard(config.namespace)
+        self.php_guard = PhpWorkerGuard(config.namespace, connection=self.pool.connection)
         self.php_state: dict[str, Any] = {"state": "unknown"}
         self.max_concurrent = max_concurrent or config.max_concurrent
         self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
@@ -135,6 +137,7 @@ class Worker:
             dispatcher=self.dispatcher,
             counters=self.counters,
             stopping=self.stopping,
+            php=self.php_guard,
         )
         self.hooks: dict[str, Hook] = {}
         self._hooks_loaded = 0.0
@@ -236,11 +239,16 @@ class Worker:
                 "database_connections": self.config.db_pool_size + 2,
             },
         )
+        try:
+            self.dispatcher.blacklist()  # logs which outbound blacklist is in force, and why
+        except DatabaseError:
+            pass  # the loop notices the outage and says so
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
         running: dict[Future[JobResult], Job] = {}
         try:
             while not self.stopping.is_set():
                 self.php_state = self.php_guard.watch()
+                self.runner.php_active = self.php_state["state"] in ("active", "recent")
                 self._beat()
                 self._check_locks()
                 scheduled, more = self._poll_and_schedule(pool, running)
@@ -356,6 +364,7 @@ class Worker:
             retried=result.retried,
             fresh=result.fresh,
             claimed=result.claimed,
+            deferred=result.deferred,
         )
         if result.lock_busy:
             metrics.LOCK_BUSY.inc()
