@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.conftest import PHORGE_DB, Phorge, random_phid
 from tests.ui_helpers import seed_bulk
 from webhook_delivery.status.models import WorkerHeartbeat
 
@@ -28,13 +29,34 @@ CHROMIUM_ARGS = [
 ]
 
 
-def test_staff_dashboard_in_chromium(
-    live_server: Any, phorge: Phorge, django_user_model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def chromium(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     if not Path(CHROMIUM).is_file() or shutil.which(CHROMIUM) is None:
         pytest.fail(f"{CHROMIUM} is missing: install Debian's browser with `apt-get install -y chromium`")
     from playwright.sync_api import sync_playwright
 
+    # Playwright's sync API runs an event loop in this thread; the live server does the database work.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def log_in(page: Any, base: str, user: str, password: str, *, at: str = "/") -> None:
+    page.goto(f"{base}{at}")
+    assert "/admin/login/" in page.url
+    page.fill("#id_username", user)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{base}{at}")
+
+
+def test_staff_dashboard_in_chromium(
+    live_server: Any, phorge: Phorge, django_user_model: Any, tmp_path: Path, chromium: Any
+) -> None:
     bulk = seed_bulk(phorge, rows=1500, spread_sec=6 * 3600)
     phorge.request(phorge.hook("http://127.0.0.1:9/unsigned", key="", name="unsigned hook"))
     now = datetime.now(UTC)
@@ -47,45 +69,70 @@ def test_staff_dashboard_in_chromium(
         state={"max_concurrent": 16, "in_flight": 3, "counts": {"degraded.result_write_retry": 1}},
     )
     django_user_model.objects.create_user("operator", password="pw-operator-1", is_staff=True)
-    # Playwright's sync API runs an event loop in this thread; the live server does the database work.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
     foreign: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.on("request", lambda r: None if r.url.startswith(live_server.url) else foreign.append(r.url))
-            page.goto(f"{live_server.url}/")
-            assert "/admin/login/" in page.url
-            page.fill("#id_username", "operator")
-            page.fill("#id_password", "pw-operator-1")
-            page.click("input[type=submit]")
-            page.wait_for_url(f"{live_server.url}/")
+    page = chromium.new_page(viewport={"width": 1440, "height": 900})
+    page.on("request", lambda r: None if r.url.startswith(live_server.url) else foreign.append(r.url))
+    log_in(page, live_server.url, "operator", "pw-operator-1")
 
-            counts = {name: int(page.inner_text(f"#count-{name}")) for name in ("queued", "sent", "failed", "due")}
-            assert counts["sent"] > 1000 and counts["failed"] > 100 and counts["queued"] > 10
-            assert counts["due"] >= 1
-            rows = page.locator("#hooks tbody tr")
-            assert rows.count() == 7
-            failing = page.locator(f'#hooks tr[data-phid="{bulk.failing}"]')
-            assert failing.get_attribute("data-state") == "failing"
-            assert failing.locator(".gw-badge").first.inner_text() == "failing"
-            assert "HTTP 50" in failing.inner_text()
-            assert page.locator('#hooks tr[data-state="misconfigured"]').count() == 1
+    counts = {name: int(page.inner_text(f"#count-{name}")) for name in ("queued", "sent", "failed", "due")}
+    assert counts["sent"] > 1000 and counts["failed"] > 100 and counts["queued"] > 10
+    assert counts["due"] >= 1
+    rows = page.locator("#hooks tbody tr")
+    assert rows.count() == 7
+    failing = page.locator(f'#hooks tr[data-phid="{bulk.failing}"]')
+    assert failing.get_attribute("data-state") == "failing"
+    assert failing.locator(".gw-badge").first.inner_text() == "failing"
+    assert "HTTP 50" in failing.inner_text()
+    assert page.locator('#hooks tr[data-state="misconfigured"]').count() == 1
 
-            chart = page.locator("svg.gw-chart")
-            assert chart.count() == 1 and chart.is_visible()
-            assert int(chart.get_attribute("data-sent-total") or 0) > 1000
-            assert int(chart.get_attribute("data-failed-total") or 0) > 100
-            assert len(chart.locator('path[data-series="sent"]').get_attribute("d") or "") > 1000
-            assert chart.bounding_box()["width"] > 800  # type: ignore[index]
+    chart = page.locator("svg.gw-chart")
+    assert chart.count() == 1 and chart.is_visible()
+    assert int(chart.get_attribute("data-sent-total") or 0) > 1000
+    assert int(chart.get_attribute("data-failed-total") or 0) > 100
+    assert len(chart.locator('path[data-series="sent"]').get_attribute("d") or "") > 1000
+    assert chart.bounding_box()["width"] > 800  # type: ignore[index]
 
-            assert page.locator("#failures tbody tr").count() == 20
-            assert page.locator('#workers tr[data-state="ok"]').count() == 1
-            assert page.locator("#php-worker").get_attribute("data-state") == "unknown"
-            page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
-        finally:
-            browser.close()
+    assert page.locator("#failures tbody tr").count() == 20
+    assert page.locator('#workers tr[data-state="ok"]').count() == 1
+    assert page.locator("#php-worker").get_attribute("data-state") == "unknown"
+    page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
     assert not foreign, f"the page loaded something from elsewhere: {foreign}"
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+
+
+def test_admin_finds_the_webhooks_of_an_object_or_a_hook_at_1280_px(
+    live_server: Any, phorge: Phorge, django_user_model: Any, tmp_path: Path, chromium: Any
+) -> None:
+    build = phorge.hook("http://127.0.0.1:9/build", name="Build bot")
+    chat = phorge.hook("http://127.0.0.1:9/chat", name="Chat bridge")
+    task = random_phid("TASK")
+    wanted = phorge.request(build, object_phid=task)
+    for _ in range(30):
+        phorge.request(chat)
+    phorge.request(build)
+    django_user_model.objects.create_superuser("root-ish", password="pw-root-ish-1")
+    listing = "/admin/webhook_delivery/heraldwebhookrequest/"
+    page = chromium.new_page(viewport={"width": 1280, "height": 800})
+    log_in(page, live_server.url, "root-ish", "pw-root-ish-1", at=listing)
+
+    page.fill("#searchbar", task)
+    page.press("#searchbar", "Enter")
+    page.wait_for_load_state()
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 1
+    assert wanted in rows.first.inner_text() and "Build bot" in rows.first.inner_text()
+    assert "TASK" in rows.first.inner_text()
+
+    page.fill("#searchbar", "chat")
+    page.press("#searchbar", "Enter")
+    page.wait_for_load_state()
+    assert page.locator("#result_list tbody tr").count() == 30
+    assert all("Chat bridge" in text for text in page.locator("#result_list tbody tr").all_inner_texts())
+    page.screenshot(path=str(tmp_path / "requests.png"), full_page=True)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1280, f"the page is {width} px wide"
+    scroll, shown = page.evaluate(
+        "[document.querySelector('.results').scrollWidth, document.querySelector('.results').clientWidth]"
+    )
+    assert scroll <= shown, f"the list is cut off: {scroll} px in {shown}"

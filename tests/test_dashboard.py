@@ -74,6 +74,7 @@ def test_staff_see_counts_hooks_chart_and_failures(staff: Any, phorge: Phorge) -
         ({"state": "idle"}, "Phorge's PHP worker: idle", "also delivering"),
         ({"state": "active", "active_tasks": 3}, "3 HeraldWebhookWorker tasks active", "worker: idle"),
         ({"state": "unknown"}, "Phorge's PHP worker: unknown", "also delivering"),
+        ({"state": "recent", "last_delivery": 1_700_000_000}, "2023-11-14 22:13:20 UTC", "also delivering"),
     ],
 )
 def test_the_php_worker_area_follows_php_delivery_state(

@@ -5,15 +5,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.conf import settings
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.conftest import PHORGE_DB, Phorge, random_phid
 from tests.phorge_app_db import AppDatabases
+from tests.receiver import Receiver
 from webhook_delivery import selectors
+from webhook_delivery.config import default_blacklist
 from webhook_delivery.worker import Worker
 
 pytestmark = PHORGE_DB
@@ -24,6 +27,7 @@ TOKEN = "handover-t0ken"
 def worker_db(app_databases: AppDatabases) -> Iterator[AppDatabases]:
     yield app_databases
     selectors._php_guard.cache_clear()
+    selectors._phorge_settings.cache_clear()
 
 
 def _seen(client: Any) -> dict[str, Any]:
@@ -74,3 +78,106 @@ def test_worker_logs_the_guard_once_per_change(
     warnings = [r for r in caplog.records if "PHP worker is also delivering" in r.getMessage()]
     assert len(warnings) == 1
     assert worker.snapshot()["php_worker"]["state"] == "active"
+
+
+# -- Phorge's own settings: the outbound blacklist ---------------------------------------------------------------
+
+
+def test_phorges_own_blacklist_is_read_and_the_variable_wins_over_it(
+    phorge: Phorge, worker_db: AppDatabases, delivery_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook_delivery")
+    worker_db.create(["config"])
+    # An installation with receivers on internal hosts lifts 127.0.0.0/8 from Phorge's default list.
+    lifted = [str(n) for n in default_blacklist() if str(n) != "127.0.0.0/8"]
+    worker_db.config("security.outbound-blacklist", json.dumps(lifted))
+    unset = dataclasses.replace(
+        delivery_config, outbound_blacklist=default_blacklist(), outbound_blacklist_from_env=False
+    )
+    with Receiver() as receiver:
+        allowed = phorge.request(phorge.hook(receiver.url("/internal/ok")), retry="forever")
+        Worker(unset, once=True).run()
+        assert phorge.row(allowed)["status"] == "sent"
+        assert "outbound blacklist in force: Phorge's security.outbound-blacklist" in caplog.text
+
+        refused = phorge.request(phorge.hook(receiver.url("/internal2/ok")), retry="forever")
+        from_env = dataclasses.replace(unset, outbound_blacklist_from_env=True)  # the variable, set to the default
+        Worker(from_env, once=True).run()
+        assert [r.path for r in receiver.requests] == ["/internal/ok"]
+    assert phorge.row(refused)["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
+
+
+def test_without_phorges_config_the_default_list_is_in_force_and_the_log_says_why(
+    phorge: Phorge, delivery_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook_delivery")
+    unset = dataclasses.replace(
+        delivery_config, outbound_blacklist=default_blacklist(), outbound_blacklist_from_env=False
+    )
+    with Receiver() as receiver:
+        phid = phorge.request(phorge.hook(receiver.url("/internal/ok")))
+        Worker(unset, once=True).run()
+        assert receiver.requests == []
+    assert phorge.row(phid)["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("outbound blacklist in force")]
+    namespace = settings.GORGE_WEBHOOK.namespace
+    expected = f"Phorge's default list (`{namespace}_config`.`config_entry` cannot be read)"
+    assert said == [f"outbound blacklist in force: {expected}"]
+
+
+# -- no duplicate while PHP still delivers ------------------------------------------------------------------------
+
+
+def test_a_request_with_a_live_php_task_is_left_to_php_until_the_task_is_gone(
+    phorge: Phorge, worker_db: AppDatabases, delivery_config: Any
+) -> None:
+    worker_db.create(["worker"])
+    with Receiver() as receiver:
+        hook = phorge.hook(receiver.url("/php/ok"))
+        old = phorge.now() - 60
+        php_owned = phorge.request(hook, created=old)
+        ours = phorge.request(hook, created=old)
+        now = phorge.now()
+        task = worker_db.worker_task(object_phid=php_owned, lease_owner="4242:1:host:1", lease_expires=now + 7200)
+        before = phorge.row(php_owned)
+        Worker(delivery_config, once=True).run()
+        assert [r.object_phid for r in receiver.requests] == [phorge.row(ours)["objectPHID"]]
+        assert phorge.row(php_owned) == before  # not even claimed
+
+        worker_db.execute(f"DELETE FROM {worker_db.table('worker', 'worker_activetask')} WHERE id = %s", (task,))
+        worker_db.worker_task(archived=True, result=2, object_phid=php_owned)  # cancelled: now it is ours
+        Worker(delivery_config, once=True).run()
+        Worker(delivery_config, once=True).run()
+        assert len(receiver.requests) == 2
+    assert phorge.row(php_owned)["status"] == "sent"
+
+
+def test_while_php_delivers_a_brand_new_request_waits_until_its_task_would_show(
+    phorge: Phorge, worker_db: AppDatabases, delivery_config: Any
+) -> None:
+    worker_db.create(["worker"])
+    worker_db.worker_task()  # phd is at work on another request
+    with Receiver() as receiver:
+        phid = phorge.request(phorge.hook(receiver.url("/young/ok")))
+        Worker(delivery_config, once=True).run()
+        assert receiver.requests == []
+        time.sleep(3.5)
+        Worker(delivery_config, once=True).run()
+        assert len(receiver.requests) == 1
+    assert phorge.row(phid)["status"] == "sent"
+
+
+# -- hook health is the receiver's ---------------------------------------------------------------------------
+
+
+def test_a_deleted_object_leaves_its_hook_ok(phorge: Phorge, worker_db: AppDatabases, delivery_config: Any) -> None:
+    worker_db.create(["maniphest"])
+    with Receiver() as receiver:
+        hook = phorge.hook(receiver.url("/objects/ok"), name="objects")
+        phorge.request(hook, object_phid=worker_db.task(), created=phorge.now() - 5)
+        gone = phorge.request(hook, object_phid=random_phid("TASK"))  # its task was deleted meanwhile
+        Worker(delivery_config, once=True).run()
+        assert len(receiver.requests) == 1
+    assert phorge.row(gone)["properties"].endswith(',"errorType":"hook","errorCode":"object"}')
+    health = {h.phid: h for h in selectors.queue_health(settings.GORGE_WEBHOOK).hooks}[hook]
+    assert health.state == "ok" and health.last_configuration_failure is not None

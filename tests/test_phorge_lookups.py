@@ -102,7 +102,7 @@ def granted_user(apps: AppDatabases) -> Iterator[MariaDBUser]:
 
 
 def fallback_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER and "falling back to stored order" in r.message]
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and "stored transactions are sent" in r.message]
 
 
 # -- objects and transactions ------------------------------------------------------------------------
@@ -169,8 +169,8 @@ def test_missing_database_falls_back_with_one_log_line(app_db: AppDatabases, cap
         assert objects.transactions(random_phid("TASK"), ["a", "b"]) == ["b", "a"]
     lines = fallback_lines(caplog)
     assert lines == [
-        f"cannot read `{NAMESPACE}x_maniphest`.`maniphest_task` (no SELECT grant, or no such table): falling back "
-        "to stored order for Maniphest tasks: transactions are sent in stored order, deleted objects are not detected"
+        f"cannot read `{NAMESPACE}x_maniphest`.`maniphest_task` (no SELECT grant, or no such table): for Maniphest "
+        "tasks, the stored transactions are sent, newest first, unchecked, and deleted objects are not detected"
     ]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db.models import BooleanField, ExpressionWrapper, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Lower
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -114,13 +115,15 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
 
     paginator = CappedPaginator
     sortable_by = ["id"]  # any other order is a filesort over every retained row
-    list_display = ["id", "request", "hook", "object", "outcome", "error", "last_attempt"]
+    list_display = ["request", "hook", "object", "outcome", "last_attempt"]
+    list_display_links = ["request"]
     list_filter = ["status", "last_request_result"]
     search_fields = ["phid__exact", "object_phid__exact", "webhook_phid__exact"]
     search_help_text = "a request, object or hook PHID, or part of a hook's name"
     fields = readonly_fields = (
         "id",
         "phid",
+        "in_phorge",
         "hook",
         "object",
         "status",
@@ -142,7 +145,9 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
         found, duplicates = super().get_search_results(request, queryset, search_term)
         term = search_term.strip()
         if term and not term.startswith("PHID-"):
-            named = HeraldWebhook.objects.filter(name__icontains=term).values_list("phid", flat=True)[:100]
+            # Phorge's columns have a binary collation: compare lowercased to ignore case.
+            hooks = HeraldWebhook.objects.annotate(lowered=Lower("name")).filter(lowered__contains=term.lower())
+            named = hooks.values_list("phid", flat=True)[:100]
             found = found | queryset.filter(webhook_phid__in=list(named))
         return found, duplicates
 
@@ -158,9 +163,14 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
 
     @admin.display(description="request", ordering="id")
     def request(self, obj: Any) -> str:
-        if obj.hook_id is None:
-            return _phorge_link(None, "", obj.phid)
-        return _phorge_link(self._base, f"/herald/webhook/view/{obj.hook_id}/request/{obj.id}/", obj.phid)
+        return format_html('{}<br><code style="{}">{}</code>', obj.id, PHID_STYLE, obj.phid)
+
+    @admin.display(description="in Phorge")
+    def in_phorge(self, obj: Any) -> str:
+        if self._base is None or obj.hook_id is None:
+            return "-"
+        path = f"/herald/webhook/view/{obj.hook_id}/request/{obj.id}/"
+        return format_html('<a href="{}{}" rel="noreferrer">{}{}</a>', self._base, path, self._base, path)
 
     @admin.display(description="hook")
     def hook(self, obj: Any) -> str:
@@ -174,9 +184,9 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
             '{}<br><code style="{}">{}</code>', phid_get_type(obj.object_phid), PHID_STYLE, obj.object_phid
         )
 
-    @admin.display(description="status / result")
+    @admin.display(description="outcome")
     def outcome(self, obj: HeraldWebhookRequest) -> str:
-        return f"{obj.status} / {obj.last_request_result}"
+        return format_html("{} / {}<br>{}", obj.status, obj.last_request_result, self.error(obj))
 
     @staticmethod
     def _properties(obj: HeraldWebhookRequest) -> dict[str, Any] | None:
@@ -199,9 +209,10 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
             return format_html("<p>Not valid JSON; stored text:</p><pre>{}</pre>", obj.properties[:4000])
         return format_html("<pre>{}</pre>", json.dumps(properties, indent=2, ensure_ascii=False)[:20000])
 
-    @admin.display(description="last attempt", ordering="last_request_epoch")
+    @admin.display(description="last try, UTC", ordering="last_request_epoch")
     def last_attempt(self, obj: HeraldWebhookRequest) -> str:
-        return _when(obj.last_request_epoch)
+        when = _when(obj.last_request_epoch)
+        return format_html("{}<br>{}", when[:10], when[11:16]) if obj.last_request_epoch else when
 
     @admin.display(description="created", ordering="date_created")
     def created(self, obj: HeraldWebhookRequest) -> str:

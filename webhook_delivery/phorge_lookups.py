@@ -180,7 +180,7 @@ class PhorgeObjects:
         if tables is None:
             if self._logged.first(f"type {phid_type}"):
                 logger.info(
-                    "no object lookup for this PHID type: falling back to stored order for its transactions",
+                    "no object lookup for this PHID type: its stored transactions are sent, newest first, unchecked",
                     extra={"phid_type": phid_type},
                 )
             return transactions_newest_first(stored)
@@ -227,21 +227,19 @@ class PhorgeObjects:
             if self._logged.first("no mysql"):
                 logger.info(
                     "Phorge's application databases are not on this database server: "
-                    "falling back to stored order for transactions, objects are not checked"
+                    "the stored transactions are sent, newest first, unchecked, and objects are not checked"
                 )
         elif self._logged.first(f"table {table}"):
-            lost = "transactions are sent in stored order"
-            if not objects_checked:
-                lost += ", deleted objects are not detected"
+            lost = "" if objects_checked else ", and deleted objects are not detected"
             logger.warning(
-                f"cannot read {table} (no SELECT grant, or no such table): falling back to stored order "
-                f"for {tables.label}: {lost}",
+                f"cannot read {table} (no SELECT grant, or no such table): for {tables.label}, the stored "
+                f"transactions are sent, newest first, unchecked{lost}",
                 extra={"phid_type": phid_type, "mysql_error": exc.code},
             )
         return transactions_newest_first(stored)
 
     def unavailable(self) -> list[str]:
-        """What fell back to stored order so far (PHID types without a lookup, unreadable tables)."""
+        """What fell back to the stored transactions so far (PHID types without a lookup, unreadable tables)."""
         return self._logged.keys()
 
 
@@ -586,9 +584,11 @@ def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = T
     ]
     if optional:
         lines += [
-            "-- Optional: without it phabricator.silent is not seen (set GORGE_WEBHOOK_SILENT instead).",
+            "-- Optional: without it phabricator.silent, security.outbound-blacklist and phabricator.base-uri are not "
+            "seen (set GORGE_WEBHOOK_SILENT and GORGE_WEBHOOK_OUTBOUND_BLACKLIST instead).",
             f"GRANT SELECT ON {qualified(namespace, 'config', 'config_entry')} TO {account};",
-            "-- Optional: without these, PHP delivery still running is not detected (handover guard: unknown).",
+            "-- Optional: without these, PHP delivery still running is not detected (handover guard: unknown), and "
+            "a request PHP also has a task for can be sent twice while both deliver.",
             f"GRANT SELECT ON {qualified(namespace, 'worker', 'worker_activetask')} TO {account};",
             f"GRANT SELECT ON {qualified(namespace, 'worker', 'worker_archivetask')} TO {account};",
         ]
@@ -598,12 +598,12 @@ def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = T
             xactions = qualified(namespace, tables.xaction_app, tables.xaction_table)
             if objects in granted:
                 lines.append(
-                    f"-- Optional ({phid_type}): without it, transactions of {tables.label} go in stored order."
+                    f"-- Optional ({phid_type}): without it, {tables.label} get stored transactions, newest first."
                 )
             else:
                 lines.append(
                     f"-- Optional ({phid_type}): without these, requests for deleted {tables.label} are still "
-                    "sent, with transactions in stored order."
+                    "sent, with their stored transactions newest first."
                 )
             for name in (objects, xactions):
                 if name not in granted:

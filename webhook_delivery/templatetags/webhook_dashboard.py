@@ -98,6 +98,7 @@ class Tick:
 WIDTH, LEFT, RIGHT = 1200.0, 52.0, 12.0
 PANEL_HEIGHTS = (120.0, 64.0)
 PANEL_GAP, TOP = 34.0, 22.0
+UTC_LABEL_ROOM = 60.0
 
 
 def _bars(values: tuple[int, ...], peak: int, top: float, bottom: float) -> str:
@@ -127,6 +128,7 @@ def delivery_chart(series: DeliverySeries) -> dict[str, Any]:
         Tick(LEFT + index * width, datetime.fromtimestamp(start, UTC).strftime("%H:%M"))
         for index in range(len(series.sent))
         if (start := series.start + index * series.step) % 3600 == 0
+        and LEFT + index * width < WIDTH - RIGHT - UTC_LABEL_ROOM  # an hour label would overprint "UTC"
     ]
     return {
         "series": series,
