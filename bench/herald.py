@@ -13,7 +13,7 @@ import MySQLdb
 from bench.common import ROOT, BenchError, connect, random_key, random_phid
 from webhook_delivery.payload import build_payload, sign, transactions_newest_first
 
-SCHEMA = ROOT / "tests" / "fixtures" / "schema.sql"
+SCHEMA = ROOT / "webhook_delivery" / "sql" / "schema.sql"
 TRANSACTIONS_PER_ROW = 6  # brings the payload to ~600 bytes, the size the reference rate uses
 HISTORY_HOOKS = 16
 WEEK = 7 * 86400

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/run.py [--quick] [--smoke] [--repeat K] [--receiver auto|nginx|python]
 
-Sets up its own herald database (`gwbench_herald`, Phorge's DDL from tests/fixtures/schema.sql) on the
+Sets up its own herald database (`gwbench_herald`, Phorge's DDL from webhook_delivery/sql/schema.sql) on the
 test MariaDB, a local receiver (Debian's nginx, `return 200`; a Python one if nginx is missing), runs real
 `manage.py deliver_webhooks` processes and prints one table: medians over K repetitions, each figure next
 to its target. It is a report, not a test: slow figures are marked MISS and the exit status stays 0; a

@@ -18,12 +18,12 @@ from django.conf import settings
 from django.db import connections
 
 from tests.receiver import Receiver
+from webhook_delivery.sql import PHORGE_SCHEMA
 from webhook_delivery.store import RequestRow
 
 if TYPE_CHECKING:
     from tests.phorge_app_db import AppDatabases
 
-FIXTURES = Path(__file__).parent / "fixtures"
 PHID_ALPHABET = string.ascii_lowercase + "234567"
 
 
@@ -70,7 +70,7 @@ def throwaway_name(name: str) -> bool:
 
 
 def load_herald_schema(cursor: Any) -> None:
-    for statement in dump_statements(FIXTURES / "schema.sql"):
+    for statement in dump_statements(PHORGE_SCHEMA):
         cursor.execute(statement)
 
 

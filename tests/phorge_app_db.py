@@ -1,4 +1,4 @@
-"""Phorge's application databases (maniphest, worker, config, ...) for tests, built from app-schema.sql.
+"""Phorge's application databases (maniphest, worker, config, ...) for tests, from webhook_delivery/sql/app-schema.sql.
 
 Each CREATE TABLE in the fixture is preceded by `-- database: phabricator_<app>`; `AppDatabases` creates
 `<namespace>_<app>` databases with those tables beside the test herald database and drops exactly what
@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import PHID_ALPHABET, random_phid
+from webhook_delivery.sql import PHORGE_APP_SCHEMA
 
-APP_SCHEMA = Path(__file__).parent / "fixtures" / "app-schema.sql"
+APP_SCHEMA = PHORGE_APP_SCHEMA
 _BLOCK = re.compile(r"^-- database: phabricator_(\w+)\n(CREATE TABLE `(\w+)` .*?);$", re.MULTILINE | re.DOTALL)
 # Phorge's standard modular-transaction table (behaviour reference §1.5); the fixture has no herald copy.
 _XACTION_TEMPLATE = ("config", "config_transaction")

@@ -20,9 +20,10 @@ from typing import Any
 import MySQLdb
 import pytest
 
-from tests.conftest import FIXTURES, dump_statements, random_key, random_phid
+from tests.conftest import dump_statements, random_key, random_phid
 from tests.processes import WorkerProcess, wait_for
 from tests.receiver import Receiver
+from webhook_delivery.sql import PHORGE_SCHEMA
 
 pytestmark = pytest.mark.slow
 NAMESPACE = "outage"
@@ -117,7 +118,7 @@ def test_worker_survives_a_database_restart(private_mariadb: PrivateMariaDB, tmp
     cursor = admin.cursor()
     cursor.execute(f"CREATE DATABASE `{NAMESPACE}_herald` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     cursor.execute(f"USE `{NAMESPACE}_herald`")
-    for statement in dump_statements(FIXTURES / "schema.sql"):
+    for statement in dump_statements(PHORGE_SCHEMA):
         cursor.execute(statement)
     with Receiver(slow_seconds=0.25) as receiver:
         hooks = []

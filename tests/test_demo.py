@@ -22,9 +22,10 @@ from tests.test_readme import readme_setup_commands
 from webhook_delivery.config import default_blacklist
 from webhook_delivery.demo.runner import demo_blacklist
 from webhook_delivery.demo.sqlite_schema import UnsupportedDDLError, translate
+from webhook_delivery.sql import PHORGE_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = (ROOT / "tests/fixtures/schema.sql").read_text()
+SCHEMA = PHORGE_SCHEMA.read_text()
 NOT_COPIED = shutil.ignore_patterns(
     ".git", ".venv", "var", "staticfiles", "__pycache__", "*.pyc", "*.sqlite3", ".env", ".*_cache", "bench-results"
 )

@@ -76,7 +76,7 @@ def _tables(label: str, app: str, object_table: str, xaction_table: str | None =
 
 
 # PHID type constant -> tables of the object class and of its getApplicationTransactionTemplate()
-# (Phorge 07c1a51310). Only types whose two tables both appear in tests/fixtures/app-schema.sql (or, for
+# (Phorge 07c1a51310). Only types whose two tables both appear in webhook_delivery/sql/app-schema.sql (or, for
 # HWBH, the herald schema) are listed; any other type keeps the stored-order rule.
 OBJECT_TABLES: dict[str, ObjectTables] = {
     "TASK": _tables("Maniphest tasks", "maniphest", "maniphest_task", "maniphest_transaction"),

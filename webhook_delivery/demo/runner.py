@@ -27,6 +27,7 @@ from django.core.management import call_command
 from django.db import connections
 
 from webhook_delivery.config import default_blacklist
+from webhook_delivery.sql import PHORGE_SCHEMA
 from webhook_delivery.store import Store
 
 from .receiver import DemoReceiver
@@ -254,7 +255,7 @@ def run(out: Output, *, base_dir: Path, serve: bool, port: int) -> DemoResult:
     demo_dir = base_dir / "var" / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
     _recreate_databases(demo_dir)
-    create_herald_tables(base_dir / "tests" / "fixtures" / "schema.sql")
+    create_herald_tables(PHORGE_SCHEMA)
     out.write(f"Phorge's herald tables created in {demo_dir / 'phabricator_herald.sqlite3'} (from Phorge's DDL)\n")
     call_command("migrate", database="default", interactive=False, verbosity=0)
     username, password = create_staff_user()
