@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # check=skip=SecretsUsedInArgOrEnv
 # (the only such ARG is a throwaway value for collectstatic, never kept in the image's environment)
 #
@@ -53,4 +52,6 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request as r; h = os.environ.get('ALLOWED_HOSTS', '').split(',')[0].strip().lstrip('*.') or 'localhost'; r.urlopen(r.Request(os.environ['GORGE_HEALTHCHECK_URL'], headers={'Host': h}), timeout=4)"]
 # Access lines carry the path without its query string: the API accepts ?token=, which must never be logged.
-CMD ["gunicorn", "gorge_site.wsgi:application", "--bind", "0.0.0.0:8000", "--access-logfile", "-", "--access-logformat", "%(h)s %(t)s \"%(m)s %(U)s\" %(s)s %(B)s %(L)s"]
+# No control socket (it would go under $HOME, the root-owned /app) and worker heartbeats in /dev/shm, so the
+# web process starts cleanly on a read-only root filesystem.
+CMD ["gunicorn", "gorge_site.wsgi:application", "--bind", "0.0.0.0:8000", "--no-control-socket", "--worker-tmp-dir", "/dev/shm", "--access-logfile", "-", "--access-logformat", "%(h)s %(t)s \"%(m)s %(U)s\" %(s)s %(B)s %(L)s"]

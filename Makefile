@@ -1,6 +1,6 @@
 # Two commands for a newcomer: `make demo` and `make test`. The logic lives in scripts/.
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint bench
+.PHONY: help venv demo test lint bench image-test check
 
 help:
 	@echo "make demo   deliver demo webhooks on SQLite to a local receiver, then serve the dashboard"
@@ -8,6 +8,7 @@ help:
 	@echo "make test   lint, then the whole test suite against MariaDB (PYTEST_ARGS=..., GORGE_TEST_DB=...)"
 	@echo "make lint   ruff, ruff format --check, mypy, makemigrations --check, manage.py check"
 	@echo "make bench  delivery throughput, latency, 1M-row history and memory figures (BENCH_ARGS=--quick)"
+	@echo "make image-test  build the image with podman and run web, worker and demo from it for real"
 
 venv:
 	@scripts/bootstrap.sh
@@ -23,3 +24,6 @@ lint: venv
 
 bench: venv
 	@.venv/bin/python bench/run.py $(BENCH_ARGS)
+
+image-test:
+	@scripts/image-test.sh

@@ -68,9 +68,10 @@ def test_the_two_setup_commands_are_make_demo_and_make_test() -> None:
     assert readme_setup_commands() == ("make demo", "make test")
 
 
-def test_ci_runs_exactly_the_readme_test_command() -> None:
+def test_ci_runs_exactly_the_readme_test_command_then_the_image_test() -> None:
     _demo, test = readme_setup_commands()
-    assert ci_commands() == [test]
+    assert ci_commands() == [test, "make image-test"]
+    assert "make image-test" in README
 
 
 def test_ci_script_is_executable_and_strict() -> None:

@@ -226,8 +226,10 @@ class Worker:
     def stop(self) -> None:
         self.stopping.set()
 
-    def run(self) -> int:
-        restore = self.install_signal_handlers()
+    def run(self, *, handle_signals: bool = True) -> int:
+        """The loop, until stopped (or, with `once`, until nothing is due). `handle_signals=False` when the
+        caller installed them already (the command does, before it opens its metrics port)."""
+        restore = self.install_signal_handlers() if handle_signals else (lambda: None)
         logger.info(
             "deliver_webhooks started",
             extra={

@@ -44,11 +44,6 @@ class Command(BaseCommand):
             logging.getLogger().setLevel(logging.WARNING)
         elif verbosity >= 2:
             logging.getLogger().setLevel(logging.DEBUG)
-        if options["metrics_port"]:
-            from prometheus_client import start_http_server
-
-            start_http_server(options["metrics_port"], addr=options["metrics_addr"])
-
         from webhook_delivery.worker import Worker
 
         worker = Worker(
@@ -57,4 +52,12 @@ class Command(BaseCommand):
             poll_interval_ms=options["poll_interval_ms"],
             once=options["once"],
         )
-        worker.run()
+        restore = worker.install_signal_handlers()  # before anything can see us up and send SIGTERM
+        try:
+            if options["metrics_port"]:
+                from prometheus_client import start_http_server
+
+                start_http_server(options["metrics_port"], addr=options["metrics_addr"])
+            worker.run(handle_signals=False)
+        finally:
+            restore()
