@@ -24,7 +24,8 @@ def main() -> None:
     from django.conf import settings
     from django.db import connections
 
-    from webhook_delivery.store import REQUESTS, Store
+    from webhook_delivery.herald import REQUESTS
+    from webhook_delivery.store import Store
     from webhook_delivery.window import QueueWindow
 
     config = settings.GORGE_WEBHOOK

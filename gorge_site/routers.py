@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-PHORGE_ALIAS = "phorge"
+from webhook_delivery.config import PHORGE_ALIAS
+
 PHORGE_APP = "webhook_delivery"
 
 
@@ -12,6 +13,8 @@ class PhorgeRouter:
     def db_for_read(self, model: type[Any], **hints: Any) -> str | None:
         return PHORGE_ALIAS if model._meta.app_label == PHORGE_APP else None
 
+    # Named for writes too, as the admin opens its (read-only) transactions there; every ORM write to
+    # these models is refused by the models themselves (webhook_delivery.models.ReadOnlyQuerySet).
     db_for_write = db_for_read
 
     def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:

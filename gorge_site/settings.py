@@ -11,7 +11,7 @@ from pathlib import Path
 
 import environ
 
-from webhook_delivery.config import ConfigError, load_config, parse_bool
+from webhook_delivery.config import PHORGE_ALIAS, ConfigError, load_config, parse_bool
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -112,11 +112,11 @@ DATABASES = {
         os.environ.get("DATABASE_URL", "") or f"sqlite:///{BASE_DIR / 'var' / 'gorge_site.sqlite3'}",
         "DATABASE_URL",
     ),
-    "phorge": _database(_loaded.phorge_database_url, "GORGE_WEBHOOK_DATABASE_URL"),
+    PHORGE_ALIAS: _database(_loaded.phorge_database_url, "GORGE_WEBHOOK_DATABASE_URL"),
 }
-DATABASES["phorge"]["TEST"] = {"NAME": DATABASES["phorge"].get("NAME")}
+DATABASES[PHORGE_ALIAS]["TEST"] = {"NAME": DATABASES[PHORGE_ALIAS].get("NAME")}
 # Reuse connections (per thread in the worker), but recycle them every minute so none goes stale.
-DATABASES["phorge"]["CONN_MAX_AGE"] = 60
+DATABASES[PHORGE_ALIAS]["CONN_MAX_AGE"] = 60
 DATABASE_ROUTERS = ["gorge_site.routers.PhorgeRouter"]
 MIGRATION_MODULES = {"webhook_delivery": None}
 

@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db import connections
 
 from tests.receiver import Receiver
+from webhook_delivery.herald import RequestRow
 from webhook_delivery.sql import PHORGE_SCHEMA
-from webhook_delivery.store import RequestRow
 
 if TYPE_CHECKING:
     from tests.phorge_app_db import AppDatabases

@@ -325,16 +325,19 @@ class SilentNameServer:
 
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 53))
+        self.sock.settimeout(0.2)
         self.queries = 0
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._swallow, daemon=True)
 
     def _swallow(self) -> None:
-        while True:
+        while not self._stop.is_set():
             try:
                 self.sock.recv(4096)
-            except OSError:
-                return
+            except TimeoutError:
+                continue
             self.queries += 1
 
     def __enter__(self) -> SilentNameServer:
@@ -342,6 +345,8 @@ class SilentNameServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)  # the port is free again only once no thread is inside recv()
         self.sock.close()
 
 

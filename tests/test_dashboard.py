@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from tests.conftest import PHORGE_DB, Phorge, as_request_row
 from tests.ui_helpers import full_scans, properties, seed_bulk, seed_contract
 from webhook_delivery import selectors
-from webhook_delivery.store import is_due, next_due
+from webhook_delivery.herald import is_due, next_due
 
 pytestmark = [PHORGE_DB]
 

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import PHORGE_DB, Phorge
 from tests.receiver import Receiver
-from webhook_delivery.store import RequestRow, Store, is_due, next_due
+from webhook_delivery.herald import Dialect, RequestRow, backoff_until, counts_toward_breaker, is_due, next_due
+from webhook_delivery.store import Store
 from webhook_delivery.worker import Worker
 
 pytestmark = PHORGE_DB
@@ -106,9 +107,9 @@ def test_python_and_sql_due_rules_agree(phorge: Phorge, case: dict[str, int | st
     epoch = 0 if case["result"] == "none" else max(created, modified - int(case["epoch_delta"]))
     now = modified + int(case["now_delta"])
     row = RequestRow(1, "p", "h", "o", str(case["status"]), str(case["result"]), epoch, created, modified)
-    store = Store()
+    dialect = Dialect(connections["phorge"].vendor)
     sql = (
-        f"SELECT {store.due_sql(now='%(now)s')} FROM (SELECT %(status)s AS status, %(created)s AS dateCreated, "
+        f"SELECT {dialect.due_sql(now='%(now)s')} FROM (SELECT %(status)s AS status, %(created)s AS dateCreated, "
         "%(modified)s AS dateModified, %(result)s AS lastRequestResult, %(epoch)s AS lastRequestEpoch) AS t"
     )
     params = {
@@ -128,6 +129,32 @@ def test_python_and_sql_due_rules_agree(phorge: Phorge, case: dict[str, int | st
     assert in_sql == is_due(row, now, lease, retry)
     if row.status == "queued":
         assert is_due(row, max(now, next_due(row, lease, retry)), lease, retry)
+
+
+BREAKER_ROWS = st.builds(
+    dict,
+    result=st.sampled_from(["none", "okay", "fail"]),
+    epoch=st.integers(0, 2_000),
+    window_start=st.integers(0, 2_000),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(BREAKER_ROWS)
+def test_python_and_sql_breaker_rules_agree(phorge: Phorge, case: dict[str, int | str]) -> None:
+    sql = (
+        f"SELECT {Dialect.breaker_failure_sql('%(start)s')} "
+        "FROM (SELECT %(result)s AS lastRequestResult, %(epoch)s AS lastRequestEpoch) AS t"
+    )
+    with connections["phorge"].cursor() as cursor:
+        cursor.execute(sql, {"start": case["window_start"], "result": case["result"], "epoch": case["epoch"]})
+        in_sql = bool(cursor.fetchone()[0])
+    assert in_sql == counts_toward_breaker(str(case["result"]), int(case["epoch"]), int(case["window_start"]))
+
+
+def test_backoff_lasts_from_the_thresholdth_newest_failure() -> None:
+    assert backoff_until([100, 90, 80], threshold=3, window=300) == 381
+    assert backoff_until([100, 90], threshold=3, window=300) is None
 
 
 def test_slow_receiver_is_called_exactly_once_per_request(phorge: Phorge, delivery_config: Any) -> None:

@@ -134,3 +134,28 @@ def test_blacklist_forms() -> None:
     assert [str(n) for n in parse_blacklist('["10.0.0.0/8", "fc00::/7"]')] == ["10.0.0.0/8", "fc00::/7"]
     assert [str(n) for n in parse_blacklist("10.0.0.0/8, 192.168.0.0/16")] == ["10.0.0.0/8", "192.168.0.0/16"]
     assert load_config({"GORGE_WEBHOOK_OUTBOUND_BLACKLIST": ""}).delivery.outbound_blacklist == ()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "phorge"])
+def test_every_orm_write_to_phorges_tables_is_refused() -> None:
+    """Phorge owns these tables: only webhook_delivery.store writes, through its guarded SQL."""
+    from gorge_site.routers import PhorgeRouter
+    from webhook_delivery.models import PhorgeIsReadOnly
+
+    assert PhorgeRouter().db_for_write(HeraldWebhook) == "phorge"
+    assert not PhorgeRouter().allow_migrate("phorge", "webhook_delivery")
+    writes = [
+        lambda: HeraldWebhook.objects.create(name="x"),
+        lambda: HeraldWebhook.objects.get_or_create(name="x"),
+        lambda: HeraldWebhook.objects.update_or_create(name="x"),
+        lambda: HeraldWebhook.objects.bulk_create([HeraldWebhook(name="x")]),
+        lambda: HeraldWebhook.objects.filter(name="x").update(name="y"),
+        lambda: HeraldWebhook.objects.all().delete(),
+        lambda: HeraldWebhookRequest.objects.filter(id=1).update(status="sent"),
+        lambda: HeraldWebhookRequest.objects.all().delete(),
+        lambda: HeraldWebhookRequest(status="sent").save(),
+        lambda: HeraldWebhook(name="x").delete(),
+    ]
+    for write in writes:
+        with pytest.raises(PhorgeIsReadOnly):
+            write()

@@ -19,7 +19,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_BLACKLIST_FILE = Path(__file__).with_name("outbound-blacklist-default.json")
 LEASE_MARGIN_SEC = 5
-_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")  # Phorge's storage.default-namespace, safe in SQL names
+PHORGE_ALIAS = "phorge"  # Django's database alias of Phorge's herald database
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
                 namespace = "phabricator"
     else:
         namespace = namespace or "phabricator"
-    if not _NAMESPACE_RE.match(namespace):
+    if not NAMESPACE_RE.match(namespace):
         r.errors.append(ConfigError("GORGE_WEBHOOK_NAMESPACE", "expected letters, digits and underscores (at most 32)"))
         namespace = "phabricator"
     if not url:

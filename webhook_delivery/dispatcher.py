@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from . import metrics, transport
 from .config import DeliveryConfig, IPNetwork
+from .herald import Hook, RequestRow
 from .netguard import InvalidURI, Resolver, TemporaryDNSFailure, system_resolver
 from .outcomes import (
     DISABLED,
@@ -26,7 +27,6 @@ from .outcomes import (
     retries_forever,
 )
 from .payload import build_payload, sign, transactions_newest_first
-from .store import Hook, RequestRow
 
 logger = logging.getLogger(__name__)
 

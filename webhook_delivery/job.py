@@ -21,12 +21,13 @@ from django.db import DatabaseError
 from . import metrics
 from .config import DeliveryConfig
 from .dispatcher import Dispatcher, UnsendableRequest
+from .herald import Hook, RequestRow, backoff_until, is_due
 from .locks import webhook_lock_name
 from .outcomes import Outcome, with_error
 from .phorge_lookups import PhpWorkerGuard
 from .phpjson import UndecodableProperties, decode_properties, encode_compact
 from .sessions import LockSession
-from .store import Hook, RequestRow, Store, is_due
+from .store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -151,13 +152,10 @@ class JobRunner:
         return result
 
     def _in_backoff(self, hook_phid: str, result: JobResult) -> bool:
-        threshold = self.config.error_threshold
-        window = self.config.error_backoff_sec
+        threshold, window = self.config.error_threshold, self.config.error_backoff_sec
         epochs = self.store.recent_failures(hook_phid, window=window, limit=threshold)
-        if len(epochs) >= threshold:
-            result.backoff_until = epochs[threshold - 1] + window + 1
-            return True
-        return False
+        result.backoff_until = backoff_until(epochs, threshold, window)
+        return result.backoff_until is not None
 
     def _reread(self, rows: list[RequestRow], result: JobResult) -> list[RequestRow]:
         """The rows as they are now (with properties); those no longer due go back to the window, and

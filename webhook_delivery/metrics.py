@@ -39,3 +39,8 @@ LEFT_TO_PHP = Counter(
     "gorge_webhook_left_to_php",
     "Requests left to Phorge's own PHP worker (a live HeraldWebhookWorker task, or too young to tell).",
 )
+PHP_WORKER_ACTIVE = Gauge(
+    "gorge_webhook_php_worker_active",
+    "Phorge's PHP worker runs HeraldWebhookWorker tasks: 1 yes, 0 no (or only in the last 15 minutes), "
+    "-1 unknown (no grant on <ns>_worker).",
+)

@@ -11,40 +11,53 @@ from typing import Any
 
 from django.db import models
 
+from .herald import HOOKS, REQUESTS, HookStatus, RequestResult, RequestStatus, text
+
 
 class BinaryTextField(models.CharField):  # type: ignore[type-arg]
     """A varbinary column holding ASCII text (PHIDs, policies): the MySQL driver returns bytes."""
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return bytes(value).decode("utf-8", "replace")
-        return value
+        return text(value) if isinstance(value, (bytes, bytearray, memoryview)) else value
 
 
-class HookStatus(models.TextChoices):
-    FIREHOSE = "firehose", "Firehose"
-    ENABLED = "enabled", "Enabled"
-    DISABLED = "disabled", "Disabled"
+class PhorgeIsReadOnly(RuntimeError):
+    """An ORM write to one of Phorge's tables: webhook_delivery.store writes, through its own guarded SQL."""
 
 
-class RequestStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    SENT = "sent", "Sent"
-    FAILED = "failed", "Failed"
+class ReadOnlyQuerySet(models.QuerySet):  # type: ignore[type-arg]
+    """Every ORM way to write refuses: the read-only rule held by the structure, not by convention."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise PhorgeIsReadOnly(f"{self.model.__name__} is Phorge's table: the ORM never writes it")
+
+    create = get_or_create = update_or_create = bulk_create = bulk_update = update = delete = _refuse
 
 
-class RequestResult(models.TextChoices):
-    NONE = "none", "None"
-    OKAY = "okay", "Okay"
-    FAIL = "fail", "Fail"
+class ReadOnlyManager(models.Manager.from_queryset(ReadOnlyQuerySet)):  # type: ignore[misc]
+    pass
 
 
-class WithoutSecretsManager(models.Manager):  # type: ignore[type-arg]
+class ReadOnlyModel(models.Model):
+    objects: ReadOnlyManager = ReadOnlyManager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        raise PhorgeIsReadOnly(f"{type(self).__name__} is Phorge's table: the ORM never writes it")
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        raise PhorgeIsReadOnly(f"{type(self).__name__} is Phorge's table: the ORM never writes it")
+
+
+class WithoutSecretsManager(ReadOnlyManager):
     def get_queryset(self) -> models.QuerySet[Any]:
-        return super().get_queryset().defer("webhook_uri", "hmac_key")
+        queryset: models.QuerySet[Any] = super().get_queryset()
+        return queryset.defer("webhook_uri", "hmac_key")
 
 
-class HeraldWebhook(models.Model):
+class HeraldWebhook(ReadOnlyModel):
     id = models.AutoField(primary_key=True)
     phid = BinaryTextField(max_length=64, unique=True)
     name = models.CharField(max_length=128)
@@ -60,7 +73,7 @@ class HeraldWebhook(models.Model):
 
     class Meta:
         managed = False
-        db_table = "herald_webhook"
+        db_table = HOOKS
         ordering = ["id"]
         verbose_name = "webhook"
 
@@ -68,7 +81,7 @@ class HeraldWebhook(models.Model):
         return f"{self.name} ({self.phid})"
 
 
-class HeraldWebhookRequest(models.Model):
+class HeraldWebhookRequest(ReadOnlyModel):
     id = models.AutoField(primary_key=True)
     phid = BinaryTextField(max_length=64, unique=True)
     webhook_phid = BinaryTextField(max_length=64, db_column="webhookPHID")
@@ -82,7 +95,7 @@ class HeraldWebhookRequest(models.Model):
 
     class Meta:
         managed = False
-        db_table = "herald_webhookrequest"
+        db_table = REQUESTS
         ordering = ["-id"]
         verbose_name = "webhook request"
 

@@ -8,7 +8,7 @@ Three things Phorge's PHP worker knows and an out-of-process deliverer has to lo
 * `PhpWorkerGuard`: is Phorge's own PHP daemon still running `HeraldWebhookWorker` tasks.
 
 Everything is a SELECT on `<namespace>_<app>`.`<table>` through the herald connection (default alias
-"phorge"), so the same MariaDB user needs an extra grant for each; `grants_sql()` prints them. Without a
+PHORGE_ALIAS), so the same MariaDB user needs an extra grant for each; `grants_sql()` prints them. Without a
 grant (or on SQLite, where none of these databases exist) each feature degrades to what the project did
 without it and says so once in the log. Any other database error propagates as django.db.DatabaseError
 so the worker's outage handling keeps the request queued.
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,9 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, connections
-from prometheus_client import Gauge
 
-from .config import DeliveryConfig, IPNetwork, parse_blacklist
+from . import metrics
+from .config import NAMESPACE_RE, PHORGE_ALIAS, DeliveryConfig, IPNetwork, parse_blacklist
+from .herald import text
 from .netguard import ipv6_gaps
 from .payload import phid_get_type, stored_values, transactions_newest_first
 
@@ -45,16 +45,10 @@ RECENT_ARCHIVE_SEC = 15 * 60
 ACTIVE_ARCHIVE_SEC = 60
 CACHE_SEC = 5.0
 
-PHP_WORKER_ACTIVE = Gauge(
-    "gorge_webhook_php_worker_active",
-    "Phorge's PHP worker runs HeraldWebhookWorker tasks: 1 yes, 0 no (or only in the last 15 minutes), "
-    "-1 unknown (no grant on <ns>_worker).",
-)
 _GAUGE_VALUE = {"active": 1, "recent": 0, "idle": 0, "unknown": -1}
 
 # A connection lent for one statement: the worker's session pool, or the calling thread's own connection.
 ConnectionSource = Callable[[], AbstractContextManager[Any]]
-_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")  # as GORGE_WEBHOOK_NAMESPACE is validated
 
 
 UNREADABLE_RECHECK_SEC = 60.0
@@ -101,15 +95,9 @@ OBJECT_TABLES: dict[str, ObjectTables] = {
 
 
 def qualified(namespace: str, app: str, table: str) -> str:
-    if not _NAMESPACE_RE.match(namespace):
+    if not NAMESPACE_RE.match(namespace):
         raise ValueError(f"invalid Phorge namespace {namespace!r}")
     return f"`{namespace}_{app}`.`{table}`"
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", "replace")
-    return "" if value is None else str(value)
 
 
 def _error_code(exc: DatabaseError) -> int | None:
@@ -118,7 +106,7 @@ def _error_code(exc: DatabaseError) -> int | None:
 
 
 def _default_connection() -> AbstractContextManager[Any]:
-    return nullcontext(connections["phorge"])
+    return nullcontext(connections[PHORGE_ALIAS])
 
 
 class _OnceLog:
@@ -209,7 +197,7 @@ class PhorgeObjects:
             )
         except _NoAccessError as exc:
             return self._fall_back(xactions, tables, phid_type, exc, stored, objects_checked=True)
-        return [_text(phid) for (phid,) in rows]
+        return [text(phid) for (phid,) in rows]
 
     def _fall_back(
         self,
@@ -237,10 +225,6 @@ class PhorgeObjects:
                 extra={"phid_type": phid_type, "mysql_error": exc.code},
             )
         return transactions_newest_first(stored)
-
-    def unavailable(self) -> list[str]:
-        """What fell back to the stored transactions so far (PHID types without a lookup, unreadable tables)."""
-        return self._logged.keys()
 
 
 def php_truthy(value: Any) -> bool:
@@ -318,9 +302,9 @@ class PhorgeSettings:
         values: dict[str, Any] = {}
         for key, value in rows:
             try:
-                values[_text(key)] = json.loads(_text(value))
+                values[text(key)] = json.loads(text(value))
             except ValueError:
-                values[_text(key)] = None  # PHP's json_decode gives null
+                values[text(key)] = None  # PHP's json_decode gives null
         return values
 
 
@@ -516,7 +500,7 @@ class PhpWorkerGuard:
         except _NoAccessError:
             self._unreadable_until = self._clock() + UNREADABLE_RECHECK_SEC
             return None
-        return {_text(phid) for (phid,) in rows}
+        return {text(phid) for (phid,) in rows}
 
     def watch(self) -> dict[str, Any]:
         """For the worker's poll loop: refresh (cached), set the gauge, log when the state changes.
@@ -535,7 +519,7 @@ class PhpWorkerGuard:
                 "last_delivery": None,
                 "detail": "database error while reading Phorge's worker tables",
             }
-        PHP_WORKER_ACTIVE.set(_GAUGE_VALUE[state["state"]])
+        metrics.PHP_WORKER_ACTIVE.set(_GAUGE_VALUE[state["state"]])
         if state["state"] != self._reported:
             self._reported = state["state"]
             extra = {
@@ -560,53 +544,3 @@ class PhpWorkerGuard:
                     f"cannot tell whether Phorge's PHP worker delivers webhooks: {state['detail']}", extra=extra
                 )
         return state
-
-
-def _account(user: str, host: str) -> str:
-    def literal(text: str) -> str:
-        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-    return f"{literal(user)}@{literal(host)}"
-
-
-def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = True) -> str:
-    """GRANT statements for this service's MariaDB/MySQL user, with what each optional one is for.
-
-    Table-level grants: each table must exist (it does in any Phorge after `bin/storage upgrade`).
-    """
-    account = _account(user, host)
-    lines = [
-        f"-- MariaDB/MySQL grants for gorge-webhook (namespace {namespace!r}). Create the user first:",
-        f"--   CREATE USER {account} IDENTIFIED BY '<password>';",
-        "-- Required: read hooks, claim requests and write their results.",
-        f"GRANT SELECT ON {qualified(namespace, 'herald', 'herald_webhook')} TO {account};",
-        f"GRANT SELECT, UPDATE ON {qualified(namespace, 'herald', 'herald_webhookrequest')} TO {account};",
-    ]
-    if optional:
-        lines += [
-            "-- Optional: without it phabricator.silent, security.outbound-blacklist and phabricator.base-uri are not "
-            "seen (set GORGE_WEBHOOK_SILENT and GORGE_WEBHOOK_OUTBOUND_BLACKLIST instead).",
-            f"GRANT SELECT ON {qualified(namespace, 'config', 'config_entry')} TO {account};",
-            "-- Optional: without these, PHP delivery still running is not detected (handover guard: unknown), and "
-            "a request PHP also has a task for can be sent twice while both deliver.",
-            f"GRANT SELECT ON {qualified(namespace, 'worker', 'worker_activetask')} TO {account};",
-            f"GRANT SELECT ON {qualified(namespace, 'worker', 'worker_archivetask')} TO {account};",
-        ]
-        granted = {qualified(namespace, "herald", "herald_webhook")}
-        for phid_type, tables in OBJECT_TABLES.items():
-            objects = qualified(namespace, tables.object_app, tables.object_table)
-            xactions = qualified(namespace, tables.xaction_app, tables.xaction_table)
-            if objects in granted:
-                lines.append(
-                    f"-- Optional ({phid_type}): without it, {tables.label} get stored transactions, newest first."
-                )
-            else:
-                lines.append(
-                    f"-- Optional ({phid_type}): without these, requests for deleted {tables.label} are still "
-                    "sent, with their stored transactions newest first."
-                )
-            for name in (objects, xactions):
-                if name not in granted:
-                    granted.add(name)
-                    lines.append(f"GRANT SELECT ON {name} TO {account};")
-    return "\n".join(lines) + "\n"

@@ -28,12 +28,10 @@ from typing import Any, Literal, ParamSpec, Required, TypedDict, TypeVar, cast
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 
-from .config import DeliveryConfig
+from .config import PHORGE_ALIAS, DeliveryConfig
+from .herald import HOOKS, Dialect, text
 from .phorge_lookups import PhorgeSettings, PhpWorkerGuard
 from .status.models import WorkerHeartbeat
-from .store import HOOKS, Store
-
-PHORGE = "phorge"
 
 WORKER_ALIVE_SEC = 30
 WORKERS_SHOWN_FOR = timedelta(days=1)
@@ -47,10 +45,8 @@ LagState = Literal["healthy", "late", "stalled"]
 HookState = Literal["ok", "failing", "backoff", "misconfigured", "disabled"]
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", "replace")
-    return "" if value is None else str(value)
+def _dialect() -> Dialect:
+    return Dialect(str(connections[PHORGE_ALIAS].vendor))
 
 
 def _int(value: Any) -> int:
@@ -59,7 +55,7 @@ def _int(value: Any) -> int:
 
 def _fetch(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     # Always pass a mapping, even an empty one, so `%%` in the SQLite clock expression is unescaped.
-    with connections[PHORGE].cursor() as cursor:
+    with connections[PHORGE_ALIAS].cursor() as cursor:
         cursor.execute(sql, dict(params))
         return list(cursor.fetchall())
 
@@ -79,12 +75,12 @@ def _uncommitted_reads(func: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(func)
     def reading(*args: P.args, **kwargs: P.kwargs) -> R:
-        connection = connections[PHORGE]
+        connection = connections[PHORGE_ALIAS]
         if connection.vendor != "mysql" or connection.in_atomic_block:
             return func(*args, **kwargs)
         with connection.cursor() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
-        with transaction.atomic(using=PHORGE):
+        with transaction.atomic(using=PHORGE_ALIAS):
             return func(*args, **kwargs)
 
     return reading
@@ -98,23 +94,12 @@ def _hook_filter(phids: Sequence[str]) -> tuple[str, dict[str, str]]:
 FAILED_ROW = "(status = 'failed' OR lastRequestResult = 'fail')"
 
 
-def _json_text(store: Store, key: str) -> str:
+def _json_text(dialect: Dialect, key: str) -> str:
     """properties.<key> of a failed row as text (NULL otherwise): only failures carry a meaningful error."""
-    if store.is_mysql:
+    if dialect.is_mysql:
         value = f"JSON_UNQUOTE(JSON_EXTRACT(properties, '$.{key}'))"
         return f"CASE WHEN {FAILED_ROW} AND JSON_VALID(properties) THEN {value} END"
     return f"CASE WHEN {FAILED_ROW} AND json_valid(properties) THEN json_extract(properties, '$.{key}') END"
-
-
-def _due_since_sql(store: Store) -> str:
-    """The SQL twin of store.next_due(), except that an untouched row is due since it was created."""
-    after_retry = "CASE WHEN lastRequestResult = 'fail' THEN lastRequestEpoch + %(retry)s ELSE 0 END"
-    after_claim = (
-        "CASE WHEN lastRequestResult = 'fail' AND dateModified = lastRequestEpoch THEN 0 "
-        "ELSE dateModified + %(lease)s END"
-    )
-    later = store.greatest(after_retry, after_claim)
-    return f"CASE WHEN dateModified = dateCreated AND lastRequestResult = 'none' THEN dateCreated ELSE {later} END"
 
 
 # -- hooks -------------------------------------------------------------------------------------------
@@ -131,12 +116,12 @@ class HookRow:
 
 def hooks() -> tuple[int, list[HookRow]]:
     """Every hook (no URI, no key) and the database clock."""
-    store = Store(PHORGE)
+    dialect = _dialect()
     rows = _fetch(
-        f"SELECT phid, name, status, hmacKey = '' AS no_key, {store.now_sql}, id FROM {HOOKS} ORDER BY name, id", {}
+        f"SELECT phid, name, status, hmacKey = '' AS no_key, {dialect.now_sql}, id FROM {HOOKS} ORDER BY name, id", {}
     )
-    now = int(rows[0][4]) if rows else store.db_now()
-    return now, [HookRow(_text(r[0]), _text(r[1]), _text(r[2]), bool(r[3]), _int(r[5])) for r in rows]
+    now = int(rows[0][4]) if rows else int(_fetch(f"SELECT {dialect.now_sql}", {})[0][0])
+    return now, [HookRow(text(r[0]), text(r[1]), text(r[2]), bool(r[3]), _int(r[5])) for r in rows]
 
 
 def hook_total() -> int:
@@ -160,9 +145,9 @@ def queue_counts() -> QueueCounts:
     active = sum(1 for hook in all_hooks if hook.status != "disabled")
     if not all_hooks:
         return QueueCounts(0, 0, 0, active)
-    store = Store(PHORGE)
+    dialect = _dialect()
     where, params = _hook_filter([hook.phid for hook in all_hooks])
-    table = store.requests_by_result
+    table = dialect.requests_by_result
     sent = _fetch(f"SELECT COUNT(*) FROM {table} WHERE {where} AND lastRequestResult = 'okay'", params)
     by_status = dict(
         _fetch(
@@ -335,28 +320,28 @@ def _earliest(a: int | None, b: int) -> int:
 @_uncommitted_reads
 def queue_health(config: DeliveryConfig) -> QueueHealth:
     """Counts, due requests, breaker state and errors per hook: three queries however large the table."""
-    store = Store(PHORGE)
+    dialect = _dialect()
     now, all_hooks = hooks()
     tallies: dict[str, _Tally] = {hook.phid: _Tally() for hook in all_hooks}
     if all_hooks:
         where, params = _hook_filter(list(tallies))
         settled = _fetch(
-            f"SELECT webhookPHID, COUNT(*), MAX(lastRequestEpoch) FROM {store.requests_by_result} "
+            f"SELECT webhookPHID, COUNT(*), MAX(lastRequestEpoch) FROM {dialect.requests_by_result} "
             f"WHERE {where} AND lastRequestResult = 'okay' GROUP BY webhookPHID",
             params,
         )
         for phid, count, last in settled:
-            tally = tallies[_text(phid)]
+            tally = tallies[text(phid)]
             tally.sent, tally.last_success = _int(count), _int(last) or None
-        due = store.due_sql("%(now)s")
+        due = dialect.due_sql("%(now)s")
         pending = _fetch(
-            f"SELECT webhookPHID, status, {_json_text(store, 'errorType')} AS error_type, "
-            f"{_json_text(store, 'errorCode')} AS error_code, COUNT(*), "
+            f"SELECT webhookPHID, status, {_json_text(dialect, 'errorType')} AS error_type, "
+            f"{_json_text(dialect, 'errorCode')} AS error_code, COUNT(*), "
             "MAX(CASE WHEN lastRequestResult = 'fail' THEN lastRequestEpoch END), "
             "MAX(CASE WHEN lastRequestResult = 'none' AND status = 'failed' THEN dateModified END), "
-            "SUM(CASE WHEN lastRequestResult = 'fail' AND lastRequestEpoch >= %(window_start)s THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN {due} THEN 1 ELSE 0 END), MIN(CASE WHEN {due} THEN {_due_since_sql(store)} END) "
-            f"FROM {store.requests_by_result} WHERE {where} AND {PENDING_RESULTS} "
+            f"SUM(CASE WHEN {Dialect.breaker_failure_sql('%(window_start)s')} THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {due} THEN 1 ELSE 0 END), MIN(CASE WHEN {due} THEN {dialect.due_since_sql()} END) "
+            f"FROM {dialect.requests_by_result} WHERE {where} AND {PENDING_RESULTS} "
             "GROUP BY webhookPHID, status, lastRequestResult, error_type, error_code",
             {
                 **params,
@@ -369,8 +354,8 @@ def queue_health(config: DeliveryConfig) -> QueueHealth:
         for row in pending:
             phid, status, error_type, error_code, count, failed_attempt, config_failure = row[:7]
             in_window, due_count, due_since = row[7:]
-            tally = tallies[_text(phid)]
-            status = _text(status)
+            tally = tallies[text(phid)]
+            status = text(status)
             if status == "queued":
                 tally.queued += _int(count)
             elif status == "failed":
@@ -382,7 +367,7 @@ def queue_health(config: DeliveryConfig) -> QueueHealth:
             if due_since is not None:
                 tally.oldest_due_since = _earliest(tally.oldest_due_since, _int(due_since))
             if error_type is not None:
-                tally.errors[(_text(error_type), _text(error_code))] += _int(count)
+                tally.errors[(text(error_type), text(error_code))] += _int(count)
     health = []
     for hook in all_hooks:
         tally = tallies[hook.phid]
@@ -442,11 +427,11 @@ def delivery_series(hook_phids: Sequence[str], now: int, *, hours: int = CHART_H
     first = now // CHART_STEP_SEC - buckets + 1
     sent, failed = [0] * buckets, [0] * buckets
     if hook_phids:
-        store = Store(PHORGE)
-        minute = "lastRequestEpoch DIV 60" if store.is_mysql else "lastRequestEpoch / 60"
+        dialect = _dialect()
+        minute = "lastRequestEpoch DIV 60" if dialect.is_mysql else "lastRequestEpoch / 60"
         where, params = _hook_filter(hook_phids)
         rows = _fetch(
-            f"SELECT lastRequestResult, {minute} AS minute, COUNT(*) FROM {store.requests_by_result} "
+            f"SELECT lastRequestResult, {minute} AS minute, COUNT(*) FROM {dialect.requests_by_result} "
             f"WHERE {where} AND lastRequestResult IN ('okay', 'fail') AND lastRequestEpoch >= %(since)s "
             "GROUP BY lastRequestResult, minute",
             {**params, "since": first * CHART_STEP_SEC},
@@ -454,7 +439,7 @@ def delivery_series(hook_phids: Sequence[str], now: int, *, hours: int = CHART_H
         for result, bucket, count in rows:
             index = _int(bucket) - first
             if 0 <= index < buckets:
-                (sent if _text(result) == "okay" else failed)[index] += _int(count)
+                (sent if text(result) == "okay" else failed)[index] += _int(count)
     return DeliverySeries(first * CHART_STEP_SEC, CHART_STEP_SEC, tuple(sent), tuple(failed))
 
 
@@ -486,12 +471,12 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
     here; failed attempts come from a key_ratelimit range on lastRequestEpoch, hook errors (written
     with lastRequestEpoch = 0 and the failure time in dateModified) from the failing hooks' `none` slice.
     """
-    store = Store(PHORGE)
+    dialect = _dialect()
     by_phid = {hook.phid: hook for hook in health.hooks}
     since = health.now - RECENT_ATTEMPTS_SEC
     columns = (
         f"SELECT id, phid, webhookPHID, status, lastRequestResult, dateModified, "
-        f"{_json_text(store, 'errorType')}, {_json_text(store, 'errorCode')} FROM {store.requests_by_result} "
+        f"{_json_text(dialect, 'errorType')}, {_json_text(dialect, 'errorCode')} FROM {dialect.requests_by_result} "
     )
     rows: list[tuple[Any, ...]] = []
     attempted = [h.phid for h in health.hooks if h.last_failed_attempt and h.last_failed_attempt >= since]
@@ -514,15 +499,15 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
     return [
         RecentFailure(
             id=_int(r[0]),
-            phid=_text(r[1]),
-            hook_phid=_text(r[2]),
-            hook_name=by_phid[_text(r[2])].name if _text(r[2]) in by_phid else "",
-            hook_id=by_phid[_text(r[2])].id if _text(r[2]) in by_phid else 0,
-            status=_text(r[3]),
-            last_result=_text(r[4]),
+            phid=text(r[1]),
+            hook_phid=text(r[2]),
+            hook_name=by_phid[text(r[2])].name if text(r[2]) in by_phid else "",
+            hook_id=by_phid[text(r[2])].id if text(r[2]) in by_phid else 0,
+            status=text(r[3]),
+            last_result=text(r[4]),
             failed_at=_int(r[5]),
-            error_type=_text(r[6]),
-            error_code=_text(r[7]),
+            error_type=text(r[6]),
+            error_code=text(r[7]),
         )
         for r in rows[:limit]
     ]

@@ -14,95 +14,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
 
-from .models import HeraldWebhook, HeraldWebhookRequest
+from .config import PHORGE_ALIAS
+from .herald import HOOKS, REQUESTS, Dialect, Hook, RequestRow, text
 from .sessions import SessionPool
-
-REQUESTS = HeraldWebhookRequest._meta.db_table
-HOOKS = HeraldWebhook._meta.db_table
 
 _ROW_COLUMNS = (
     "id, phid, webhookPHID, objectPHID, status, lastRequestResult, lastRequestEpoch, dateCreated, dateModified"
 )
 
 
-@dataclass(frozen=True)
-class RequestRow:
-    id: int
-    phid: str
-    webhook_phid: str
-    object_phid: str
-    status: str
-    last_result: str
-    last_epoch: int
-    date_created: int
-    date_modified: int
-    properties: str | None = None
-
-
-@dataclass(frozen=True)
-class Hook:
-    phid: str
-    name: str
-    status: str
-    uri: str
-    hmac_key: str
-
-    def __repr__(self) -> str:  # never print the URI or the key
-        return f"Hook(phid={self.phid!r}, name={self.name!r}, status={self.status!r})"
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", "replace")
-    return "" if value is None else str(value)
-
-
-def is_due(row: RequestRow, now: int, lease: int, retry_backoff: int) -> bool:
-    """The candidate rule; `due_sql` below is the same rule in SQL, and a test holds them equal.
-
-    Untouched rows (never attempted, dateModified = dateCreated) are due. A failed attempt waits the retry
-    backoff from its lastRequestEpoch. A row whose dateModified moved past its last result is under a claim
-    and waits for the lease to expire. A result write sets dateModified = lastRequestEpoch = now, which may
-    equal dateCreated when created, claimed and attempted within one second: hence the result test.
-    """
-    if row.status != "queued":
-        return False
-    if row.date_modified == row.date_created and row.last_result == "none":
-        return True
-    failed = row.last_result == "fail"
-    if failed and row.last_epoch > now - retry_backoff:
-        return False
-    return (failed and row.date_modified == row.last_epoch) or row.date_modified <= now - lease
-
-
-def next_due(row: RequestRow, lease: int, retry_backoff: int) -> int:
-    """The earliest database time at which `row` (as read) becomes due."""
-    if row.date_modified == row.date_created and row.last_result == "none":
-        return 0
-    failed = row.last_result == "fail"
-    after_retry = row.last_epoch + retry_backoff if failed else 0
-    after_claim = 0 if failed and row.date_modified == row.last_epoch else row.date_modified + lease
-    return max(after_retry, after_claim)
-
-
 class Store:
-    def __init__(self, alias: str = "phorge", *, pool: SessionPool | None = None) -> None:
+    def __init__(self, alias: str = PHORGE_ALIAS, *, pool: SessionPool | None = None) -> None:
         self.alias = alias
         self.pool = pool
-        self.is_mysql = bool(connections[alias].vendor == "mysql")
-        self.now_sql = "UNIX_TIMESTAMP()" if self.is_mysql else "CAST(strftime('%%s', 'now') AS INTEGER)"
-        now = self.now_sql
+        self.dialect = Dialect(str(connections[alias].vendor))
+        self.is_mysql = self.dialect.is_mysql
+        self.now_sql = now = self.dialect.now_sql
         # Built once: these run for every delivery.
         self._scan_sql = f"SELECT {_ROW_COLUMNS}, NULL, {now} FROM {REQUESTS} WHERE id > %s ORDER BY id LIMIT %s"
         with_properties = "CASE WHEN status = 'queued' THEN properties END"
         self._fetch_sql = f"SELECT {_ROW_COLUMNS}, {with_properties}, {now} FROM {REQUESTS} WHERE id IN "
-        version = self.greatest("dateModified + 1", now)
-        claim_where = f"WHERE id = %s AND dateModified = %s AND {self.due_sql(positional=True)}"
+        version = self.dialect.greatest("dateModified + 1", now)
+        claim_where = f"WHERE id = %s AND dateModified = %s AND {self.dialect.due_sql(positional=True)}"
         if self.is_mysql:
             self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = LAST_INSERT_ID({version}) {claim_where}"
             self._locked_claim_sql = f"{self._claim_sql} AND IS_USED_LOCK(%s) = %s"
@@ -128,29 +65,6 @@ class Store:
         with self.pool.connection() as connection, connection.cursor() as cursor:
             yield cursor
 
-    @property
-    def requests_by_result(self) -> str:
-        """The request table read through key_ratelimit (webhookPHID, lastRequestResult, lastRequestEpoch).
-
-        Queries that restrict hooks and results must reach rows through that index: without the hint the
-        optimizer turns to a full scan once non-sent rows are a large share of a small table (an incident).
-        """
-        return f"{REQUESTS} FORCE INDEX (key_ratelimit)" if self.is_mysql else REQUESTS
-
-    def greatest(self, a: str, b: str) -> str:
-        return f"GREATEST({a}, {b})" if self.is_mysql else f"MAX({a}, {b})"
-
-    def due_sql(self, now: str | None = None, *, positional: bool = False) -> str:
-        """is_due() in SQL; placeholders %(lease)s and %(retry)s (or retry, lease positionally)."""
-        now = now or self.now_sql
-        retry, lease = ("%s", "%s") if positional else ("%(retry)s", "%(lease)s")
-        return (
-            "(status = 'queued' AND ((dateModified = dateCreated AND lastRequestResult = 'none') OR ("
-            f"(lastRequestResult <> 'fail' OR lastRequestEpoch <= {now} - {retry}) AND ("
-            "(lastRequestResult = 'fail' AND dateModified = lastRequestEpoch)"
-            f" OR dateModified <= {now} - {lease}))))"
-        )
-
     def _write_statement(self, attempted: bool, with_properties: bool) -> str:
         now = self.now_sql
         stamp = f"LAST_INSERT_ID({now})" if self.is_mysql else now
@@ -172,15 +86,15 @@ class Store:
         rows = [
             RequestRow(
                 id=int(r[0]),
-                phid=_text(r[1]),
-                webhook_phid=_text(r[2]),
-                object_phid=_text(r[3]),
-                status=_text(r[4]),
-                last_result=_text(r[5]),
+                phid=text(r[1]),
+                webhook_phid=text(r[2]),
+                object_phid=text(r[3]),
+                status=text(r[4]),
+                last_result=text(r[5]),
                 last_epoch=int(r[6]),
                 date_created=int(r[7]),
                 date_modified=int(r[8]),
-                properties=None if r[9] is None else _text(r[9]),
+                properties=None if r[9] is None else text(r[9]),
             )
             for r in fetched
         ]
@@ -232,7 +146,7 @@ class Store:
         if not cursors:
             return [], None
         branch = (
-            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.requests_by_result} "
+            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.dialect.requests_by_result} "
             "WHERE webhookPHID = %s AND lastRequestResult = 'none' AND lastRequestEpoch = 0 AND id > %s "
             "AND status = 'queued' ORDER BY id LIMIT %s"
         )
@@ -248,7 +162,7 @@ class Store:
         if not cursors:
             return [], None
         branch = (
-            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.requests_by_result} "
+            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.dialect.requests_by_result} "
             "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch <= %s "
             "AND (lastRequestEpoch > %s OR (lastRequestEpoch = %s AND id > %s)) AND status = 'queued' "
             "ORDER BY lastRequestEpoch, id LIMIT %s"
@@ -261,35 +175,35 @@ class Store:
         if not hooks:
             return {}
         branch = (
-            f"SELECT webhookPHID, MIN(lastRequestEpoch) FROM {self.requests_by_result} "
+            f"SELECT webhookPHID, MIN(lastRequestEpoch) FROM {self.dialect.requests_by_result} "
             "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch > %s GROUP BY webhookPHID"
         )
         with self._cursor() as cursor:
             cursor.execute(self._union([branch] * len(hooks)), [v for hook in hooks for v in (hook, after_epoch)])
-            return {_text(phid): int(epoch) for phid, epoch in cursor.fetchall() if epoch is not None}
+            return {text(phid): int(epoch) for phid, epoch in cursor.fetchall() if epoch is not None}
 
     def hook_phids(self) -> list[str]:
         """Every hook Phorge lists (herald_webhook is small: one row per configured hook)."""
         with self._cursor() as cursor:
             cursor.execute(f"SELECT phid FROM {HOOKS}")
-            return [_text(phid) for (phid,) in cursor.fetchall()]
+            return [text(phid) for (phid,) in cursor.fetchall()]
 
     def request_hooks_after(self, after: str, limit: int) -> list[str]:
         """Distinct webhookPHIDs of the request table above `after`, by a loose scan of key_ratelimit
         (one index dive per hook): finds requests whose hook is no longer in herald_webhook."""
         sql = (
-            f"SELECT DISTINCT webhookPHID FROM {self.requests_by_result} WHERE webhookPHID > %s "
+            f"SELECT DISTINCT webhookPHID FROM {self.dialect.requests_by_result} WHERE webhookPHID > %s "
             "ORDER BY webhookPHID LIMIT %s"
         )
         with self._cursor() as cursor:
             cursor.execute(sql, (after, limit))
-            return [_text(phid) for (phid,) in cursor.fetchall()]
+            return [text(phid) for (phid,) in cursor.fetchall()]
 
     def hooks(self) -> dict[str, Hook]:
         with self._cursor() as cursor:
             cursor.execute(f"SELECT phid, name, status, webhookURI, hmacKey FROM {HOOKS}")
             return {
-                _text(phid): Hook(_text(phid), _text(name), _text(status), _text(uri), _text(key))
+                text(phid): Hook(text(phid), text(name), text(status), text(uri), text(key))
                 for phid, name, status, uri, key in cursor.fetchall()
             }
 
@@ -336,9 +250,9 @@ class Store:
 
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
         """Epochs of this hook's failed attempts inside the breaker window, newest first (key_ratelimit)."""
+        failed = self.dialect.breaker_failure_sql(f"{self.now_sql} - %s")
         sql = (
-            f"SELECT lastRequestEpoch FROM {REQUESTS} WHERE webhookPHID = %s "
-            f"AND lastRequestResult = 'fail' AND lastRequestEpoch >= {self.now_sql} - %s "
+            f"SELECT lastRequestEpoch FROM {REQUESTS} WHERE webhookPHID = %s AND {failed} "
             "ORDER BY lastRequestEpoch DESC LIMIT %s"
         )
         with self._cursor() as cursor:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .store import RequestRow, next_due
+from .herald import RequestRow, next_due
 
 PER_HOOK = 64
 TOTAL = 32_768

@@ -26,13 +26,14 @@ from typing import Any
 from django.db import DatabaseError, connections
 
 from . import metrics
-from .config import DeliveryConfig
+from .config import PHORGE_ALIAS, DeliveryConfig
 from .dispatcher import Dispatcher
+from .herald import Hook
 from .job import Counters, Job, JobResult, JobRunner, Lane
 from .phorge_lookups import OutboundBlacklist, PhorgeObjects, PhorgeSettings, PhpWorkerGuard, SilentMode
 from .sessions import LockSession, SessionPool, close_quietly
 from .status.heartbeat import Heartbeat
-from .store import Hook, Store
+from .store import Store
 from .window import QueueWindow
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class Worker:
         max_concurrent: int | None = None,
         poll_interval_ms: int | None = None,
         once: bool = False,
-        alias: str = "phorge",
+        alias: str = PHORGE_ALIAS,
     ) -> None:
         self.config = config
         self.alias = alias

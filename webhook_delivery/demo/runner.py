@@ -26,7 +26,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connections
 
-from webhook_delivery.config import default_blacklist
+from webhook_delivery.config import PHORGE_ALIAS, default_blacklist
 from webhook_delivery.sql import PHORGE_SCHEMA
 from webhook_delivery.store import Store
 
@@ -86,8 +86,8 @@ def _sqlite_file(alias: str, demo_dir: Path) -> Path:
 
 
 def _recreate_databases(demo_dir: Path) -> None:
-    files = [_sqlite_file(alias, demo_dir) for alias in ("default", "phorge")]
-    for alias in ("default", "phorge"):
+    files = [_sqlite_file(alias, demo_dir) for alias in ("default", PHORGE_ALIAS)]
+    for alias in ("default", PHORGE_ALIAS):
         connections[alias].close()
     for path in files:
         for leftover in (path, Path(f"{path}-journal"), Path(f"{path}-wal"), Path(f"{path}-shm")):
@@ -97,7 +97,7 @@ def _recreate_databases(demo_dir: Path) -> None:
 def create_herald_tables(schema_file: Path) -> None:
     if not schema_file.is_file():
         raise DemoError(f"Phorge's DDL {schema_file} is missing: run the demo from a checkout of the project")
-    with connections["phorge"].cursor() as cursor:
+    with connections[PHORGE_ALIAS].cursor() as cursor:
         for statement in translate(schema_file.read_text()):
             cursor.execute(statement)
 

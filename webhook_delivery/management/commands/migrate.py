@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.core.management.commands.migrate import Command as DjangoMigrate
 
-from gorge_site.routers import PHORGE_ALIAS
+from webhook_delivery.config import PHORGE_ALIAS
 
 
 class Command(DjangoMigrate):

@@ -7,7 +7,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from webhook_delivery.phorge_lookups import grants_sql
+from webhook_delivery.config import PHORGE_ALIAS
+from webhook_delivery.grants import grants_sql
 
 
 class Command(BaseCommand):
@@ -22,7 +23,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         namespace = options["namespace"] or settings.GORGE_WEBHOOK.namespace
-        user = options["user"] or str(settings.DATABASES["phorge"].get("USER") or "gorge_webhook")
+        user = options["user"] or str(settings.DATABASES[PHORGE_ALIAS].get("USER") or "gorge_webhook")
         try:
             text = grants_sql(namespace, user, options["host"], optional=not options["required_only"])
         except ValueError as exc:
