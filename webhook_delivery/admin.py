@@ -8,7 +8,6 @@ are never even loaded; "no key" is the boolean `hmacKey = ''` computed in SQL.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import admin
@@ -20,6 +19,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from . import selectors
+from .herald import utc
 from .models import HeraldWebhook, HeraldWebhookRequest
 from .payload import phid_get_type
 from .phpjson import UndecodableProperties, decode_properties
@@ -44,7 +44,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
 
 
 def _when(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if epoch else "-"
+    return utc(epoch) or "-"
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

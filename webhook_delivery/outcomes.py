@@ -5,14 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .transport import HttpOutcome
-
 HOOK_ERROR = "hook"
 SILENT = "silent"
 DISABLED = "disabled"
 INVALID_URI = "uri"
 INVALID_OBJECT = "object"
 NOT_FOUND = "not-found"
+
+
+@dataclass(frozen=True)
+class HttpOutcome:
+    """What PHP would store: `errorType` (http or timeout) and `errorCode`; success iff 2xx status."""
+
+    error_type: str
+    error_code: int
+
+    @property
+    def ok(self) -> bool:
+        return self.error_type == "http" and 200 <= self.error_code <= 299
 
 
 @dataclass(frozen=True)

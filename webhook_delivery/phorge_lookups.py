@@ -32,6 +32,7 @@ from .config import NAMESPACE_RE, PHORGE_ALIAS, DeliveryConfig, IPNetwork, parse
 from .herald import text
 from .netguard import ipv6_gaps
 from .payload import phid_get_type, stored_values, transactions_newest_first
+from .state import PhpDeliveryState, PhpState
 
 logger = logging.getLogger(__name__)
 
@@ -383,7 +384,7 @@ class OutboundBlacklist:
 
 
 class PhpWorkerGuard:
-    """Whether Phorge's PHP daemon is (still) delivering webhooks: the handover check of SPEC §6.
+    """Whether Phorge's PHP daemon is (still) delivering webhooks: the handover check.
 
     "active": HeraldWebhookWorker tasks are queued or leased in Phorge (phd will run them), or phd
     finished one in the last minute. "recent": phd finished one in the last 15 minutes (`last_delivery`
@@ -409,7 +410,7 @@ class PhpWorkerGuard:
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
-        self._cached: tuple[float, dict[str, Any]] | None = None
+        self._cached: tuple[float, PhpDeliveryState] | None = None
         self._reported: str | None = None
         self._unreadable_until = 0.0
 
@@ -427,18 +428,18 @@ class PhpWorkerGuard:
             "WHERE dateModified >= UNIX_TIMESTAMP() - %s AND taskClass = %s AND result <> %s"
         )
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> PhpDeliveryState:
         """{"state", "active_tasks", "leased_tasks", "recently_archived", "last_delivery", "detail"},
         cached a few seconds."""
         with self._lock:
             now = self._clock()
             if self._cached is not None and now - self._cached[0] < self._ttl:
-                return dict(self._cached[1])
+                return PhpDeliveryState(**self._cached[1])
             state = self._read()
             self._cached = (now, state)
-            return dict(state)
+            return PhpDeliveryState(**state)
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> PhpDeliveryState:
         connection = self._connection
         try:
             ((active, leased, db_now),) = _select(connection, self.active_sql(), [WEBHOOK_TASK_CLASS])
@@ -466,6 +467,7 @@ class PhpWorkerGuard:
             parts.append(f"cannot read {self.archive_table}")
         else:
             parts.append(f"{recent} run by phd in the last {minutes} min")
+        state: PhpState
         if active or (last is not None and last >= db_now - ACTIVE_ARCHIVE_SEC):
             state = "active"
         elif last is not None:
@@ -502,7 +504,7 @@ class PhpWorkerGuard:
             return None
         return {text(phid) for (phid,) in rows}
 
-    def watch(self) -> dict[str, Any]:
+    def watch(self) -> PhpDeliveryState:
         """For the worker's poll loop: refresh (cached), set the gauge, log when the state changes.
 
         A database error here reads as "unknown" instead of raising: the loop's own queries notice

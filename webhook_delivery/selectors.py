@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, ParamSpec, Required, TypedDict, TypeVar, cast
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
@@ -31,6 +31,7 @@ from django.db import DatabaseError, connections, transaction
 from .config import PHORGE_ALIAS, DeliveryConfig
 from .herald import HOOKS, Dialect, text
 from .phorge_lookups import PhorgeSettings, PhpWorkerGuard
+from .state import PhpDeliveryState
 from .status.models import WorkerHeartbeat
 
 WORKER_ALIVE_SEC = 30
@@ -590,17 +591,6 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
 # -- Phorge's own PHP worker -------------------------------------------------------------------------
 
 
-class PhpDeliveryState(TypedDict, total=False):
-    """The shape of phorge_lookups.PhpWorkerGuard.state(); only `state` is required."""
-
-    state: Required[Literal["idle", "active", "recent", "unknown"]]
-    active_tasks: int | None
-    leased_tasks: int | None
-    recently_archived: int | None
-    last_delivery: int | None  # epoch of the newest task phd finished in the last 15 minutes
-    detail: str
-
-
 @functools.cache
 def _phorge_settings(namespace: str) -> PhorgeSettings:
     return PhorgeSettings(namespace)  # one per process, cached a few seconds
@@ -624,12 +614,12 @@ def _php_guard(namespace: str) -> PhpWorkerGuard:
 
 
 def php_delivery_state() -> PhpDeliveryState:
-    """Whether Phorge's PHP HeraldWebhookWorker is delivering too (SPEC §6), from `<ns>_worker`.
+    """Whether Phorge's PHP HeraldWebhookWorker is delivering too, from `<ns>_worker`.
 
     Never raises: a missing grant or an unreachable database reads "unknown", never "idle".
     """
     try:
-        return cast(PhpDeliveryState, _php_guard(settings.GORGE_WEBHOOK.namespace).state())
+        return _php_guard(settings.GORGE_WEBHOOK.namespace).state()
     except DatabaseError:
         return {"state": "unknown", "detail": "Phorge's worker database is unreachable"}
 

@@ -19,7 +19,6 @@ import ssl
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urljoin
 
@@ -41,6 +40,7 @@ from .netguard import (
     parse_target,
     resolve_allowed,
 )
+from .outcomes import HttpOutcome
 from .payload import SIGNATURE_HEADER
 
 # Real deliveries by Phorge's daemons carry this agent (libcurl 7.88.1 is Debian 12's); some receivers
@@ -59,18 +59,6 @@ CURLE_TOO_MANY_REDIRECTS = 47
 CURLE_GOT_NOTHING = 52
 CURLE_RECV_ERROR = 56
 CURLE_PEER_FAILED_VERIFICATION = 60
-
-
-@dataclass(frozen=True)
-class HttpOutcome:
-    """What PHP would store: `errorType` (http or timeout) and `errorCode`; success iff 2xx status."""
-
-    error_type: str
-    error_code: int
-
-    @property
-    def ok(self) -> bool:
-        return self.error_type == "http" and 200 <= self.error_code <= 299
 
 
 class _Attempt(threading.local):

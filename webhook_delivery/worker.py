@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from types import FrameType
-from typing import Any
 
 from django.db import DatabaseError, connections
 
@@ -32,6 +31,7 @@ from .herald import Hook
 from .job import Counters, Job, JobResult, JobRunner, Lane
 from .phorge_lookups import OutboundBlacklist, PhorgeObjects, PhorgeSettings, PhpWorkerGuard, SilentMode
 from .sessions import LockSession, SessionPool, close_quietly
+from .state import PhpDeliveryState, WorkerState
 from .status.heartbeat import Heartbeat
 from .store import Store
 from .window import QueueWindow
@@ -123,7 +123,7 @@ class Worker:
             objects=PhorgeObjects(config.namespace, connection=self.pool.connection),
         )
         self.php_guard = PhpWorkerGuard(config.namespace, connection=self.pool.connection)
-        self.php_state: dict[str, Any] = {"state": "unknown"}
+        self.php_state: PhpDeliveryState = {"state": "unknown"}
         self.max_concurrent = max_concurrent or config.max_concurrent
         self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
         self.once = once
@@ -156,7 +156,7 @@ class Worker:
     def count(self, key: str, amount: int = 1) -> None:
         self.counters.add(key, amount)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> WorkerState:
         """The heartbeat state: what the dashboard and the health JSON show about this process."""
         now = time.monotonic()
         return {

@@ -5,27 +5,17 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
-from django.http import HttpRequest
 from django.utils.html import format_html
 
+from ..admin import ReadOnlyAdmin
 from .models import WorkerHeartbeat
 
 
 @admin.register(WorkerHeartbeat)
-class WorkerHeartbeatAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    actions = None
+class WorkerHeartbeatAdmin(ReadOnlyAdmin):
     list_display = ["worker_id", "hostname", "pid", "started_at", "last_seen"]
     search_fields = ["hostname", "worker_id"]
     fields = readonly_fields = ("worker_id", "hostname", "pid", "started_at", "last_seen", "pretty_state")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: WorkerHeartbeat | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: WorkerHeartbeat | None = None) -> bool:
-        return False
 
     @admin.display(description="state")
     def pretty_state(self, obj: WorkerHeartbeat) -> str:

@@ -6,10 +6,10 @@ import logging
 import os
 import socket
 from datetime import UTC, datetime
-from typing import Any
 
 from django.db import DatabaseError
 
+from ..state import WorkerState
 from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ class Heartbeat:
         self.worker_id = f"{self.hostname}:{self.pid}:{int(self.started_at.timestamp())}"
         self._failing = False
 
-    def publish(self, state: dict[str, Any]) -> None:
+    def publish(self, state: WorkerState) -> None:
         try:
             WorkerHeartbeat.objects.update_or_create(
                 worker_id=self.worker_id,

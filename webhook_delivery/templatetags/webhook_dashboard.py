@@ -8,6 +8,7 @@ from typing import Any
 
 from django import template
 
+from ..herald import utc
 from ..selectors import DeliverySeries
 
 register = template.Library()
@@ -53,11 +54,7 @@ def ago(epoch: int | None, now: int) -> str:
     return f"{duration(max(0, now - epoch))} ago"
 
 
-@register.filter
-def utc(epoch: int | None) -> str:
-    if not epoch:
-        return ""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+register.filter("utc", utc)
 
 
 @register.simple_tag
