@@ -1,77 +1,20 @@
-"""Fixtures: a real MariaDB database with Phorge's DDL, a real receiver, and helpers to seed rows."""
+"""Fixtures: a real MariaDB database with Phorge's DDL, a real receiver, real worker processes. The
+helpers they use are in tests/helpers.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import re
-import secrets
-import string
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import MySQLdb
 import pytest
 from django.conf import settings
 from django.db import connections
 
+from tests.helpers import Phorge, load_herald_schema, mysql_admin, throwaway_name
+from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
-from webhook_delivery.herald import RequestRow
-from webhook_delivery.sql import PHORGE_SCHEMA
-
-if TYPE_CHECKING:
-    from tests.phorge_app_db import AppDatabases
-
-PHID_ALPHABET = string.ascii_lowercase + "234567"
-
-
-def mysql_admin(database: str | None = None) -> Any:
-    db = settings.DATABASES["phorge"]
-    try:
-        connection = MySQLdb.connect(
-            host=db["HOST"] or "127.0.0.1",
-            port=int(db["PORT"] or 3306),
-            user=db["USER"],
-            password=db["PASSWORD"] or "",
-            database=database or "",
-            charset="utf8mb4",
-            autocommit=True,
-        )
-    except MySQLdb.OperationalError as exc:
-        pytest.exit(
-            f"No MariaDB/MySQL answers at {db['HOST']}:{db['PORT']} as {db['USER']!r} ({exc.args[0]}). "
-            "Start one (make test starts a private server when mariadbd is installed) or set "
-            "GORGE_TEST_DATABASE_URL to a server where this user may create databases.",
-            returncode=3,
-        )
-    return connection
-
-
-def dump_statements(path: Path) -> list[str]:
-    """CREATE TABLE statements of a mysqldump file (comments and client directives dropped)."""
-    text = path.read_text().split("-- Dump completed", 1)[0]
-    statements = []
-    for chunk in text.split(";\n"):
-        lines = [line for line in chunk.splitlines() if line.strip() and not line.startswith("--")]
-        statement = "\n".join(lines).strip()
-        if statement.upper().startswith("CREATE TABLE"):
-            statements.append(statement)
-    return statements
-
-
-THROWAWAY = re.compile(r"gwtest[0-9]+_herald")
-
-
-def throwaway_name(name: str) -> bool:
-    """Only a name the suite generated (tests/settings.py) may ever be created or dropped by it."""
-    return THROWAWAY.fullmatch(name) is not None
-
-
-def load_herald_schema(cursor: Any) -> None:
-    for statement in dump_statements(PHORGE_SCHEMA):
-        cursor.execute(statement)
 
 
 @pytest.fixture(scope="session")
@@ -102,144 +45,9 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
     admin.close()
 
 
-def random_phid(kind: str) -> str:
-    return f"PHID-{kind}-" + "".join(secrets.choice(PHID_ALPHABET) for _ in range(20))
-
-
-def random_key() -> str:
-    return "".join(secrets.choice(PHID_ALPHABET) for _ in range(32))
-
-
-class Phorge:
-    """Seeds and reads Phorge's herald tables the way Phorge itself writes them."""
-
-    def __init__(self) -> None:
-        self.connection = connections["phorge"]
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall() if cursor.description else cursor.rowcount
-
-    def now(self) -> int:
-        return int(self.execute("SELECT UNIX_TIMESTAMP()")[0][0])
-
-    def clear(self) -> None:
-        self.execute("DELETE FROM herald_webhookrequest")
-        self.execute("DELETE FROM herald_webhook")
-
-    def insert_hook_row(self, row: dict[str, Any]) -> None:
-        columns = ", ".join(f"`{c}`" for c in row)
-        self.execute(
-            f"INSERT INTO herald_webhook ({columns}) VALUES ({', '.join(['%s'] * len(row))})", list(row.values())
-        )
-
-    def insert_request_row(self, row: dict[str, Any]) -> None:
-        columns = ", ".join(f"`{c}`" for c in row)
-        self.execute(
-            f"INSERT INTO herald_webhookrequest ({columns}) VALUES ({', '.join(['%s'] * len(row))})",
-            list(row.values()),
-        )
-
-    def hook(self, uri: str, *, status: str = "enabled", key: str | None = None, name: str = "hook") -> str:
-        phid = random_phid("HWBH")
-        now = self.now()
-        self.insert_hook_row(
-            {
-                "phid": phid,
-                "name": name,
-                "webhookURI": uri,
-                "viewPolicy": "users",
-                "editPolicy": "users",
-                "status": status,
-                "hmacKey": random_key() if key is None else key,
-                "dateCreated": now,
-                "dateModified": now,
-            }
-        )
-        return phid
-
-    def request(
-        self,
-        hook_phid: str,
-        *,
-        retry: str = "never",
-        object_phid: str | None = None,
-        properties: str | None = None,
-        created: int | None = None,
-        status: str = "queued",
-        **columns: Any,
-    ) -> str:
-        phid = random_phid("HWBR")
-        when = self.now() if created is None else created
-        if properties is None:
-            properties = json.dumps(
-                {
-                    "retry": retry,
-                    "transactionPHIDs": {},
-                    "triggerPHIDs": [hook_phid],
-                    "silent": False,
-                    "secure": False,
-                },
-                separators=(",", ":"),
-            ).replace('"transactionPHIDs":{}', '"transactionPHIDs":[]')
-        row = {
-            "phid": phid,
-            "webhookPHID": hook_phid,
-            "objectPHID": object_phid or random_phid("TASK"),
-            "status": status,
-            "properties": properties,
-            "lastRequestResult": "none",
-            "lastRequestEpoch": 0,
-            "dateCreated": when,
-            "dateModified": when,
-        }
-        row.update(columns)
-        self.insert_request_row(row)
-        return phid
-
-    def row(self, phid: str) -> dict[str, Any]:
-        with self.connection.cursor() as cursor:
-            cursor.execute("SELECT * FROM herald_webhookrequest WHERE phid = %s", (phid,))
-            names = [d[0] for d in cursor.description]
-            values = cursor.fetchone()
-        assert values is not None, f"no request {phid}"
-        return {
-            name: value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-            for name, value in zip(names, values, strict=True)
-        }
-
-    def snapshot(self, phid: str) -> RequestRow:
-        return as_request_row(self.row(phid))
-
-    def rows(self) -> list[dict[str, Any]]:
-        with self.connection.cursor() as cursor:
-            cursor.execute("SELECT phid FROM herald_webhookrequest ORDER BY id")
-            phids = [p.decode() if isinstance(p, bytes) else p for (p,) in cursor.fetchall()]
-        return [self.row(p) for p in phids]
-
-
-def as_request_row(row: dict[str, Any]) -> RequestRow:
-    """A herald_webhookrequest row (as Phorge.row() returns it) as the worker reads it."""
-    return RequestRow(
-        id=row["id"],
-        phid=row["phid"],
-        webhook_phid=row["webhookPHID"],
-        object_phid=row["objectPHID"],
-        status=row["status"],
-        last_result=row["lastRequestResult"],
-        last_epoch=row["lastRequestEpoch"],
-        date_created=row["dateCreated"],
-        date_modified=row["dateModified"],
-        properties=row["properties"],
-    )
-
-
 @pytest.fixture
 def app_databases() -> Iterator[AppDatabases]:
     """Phorge's other databases (`<namespace>_<app>`), created on demand and dropped afterwards."""
-    from tests.phorge_app_db import AppDatabases  # it imports this module's PHID helpers
-
     namespace = settings.GORGE_WEBHOOK.namespace
     assert throwaway_name(f"{namespace}_herald"), f"refusing to create and drop {namespace}_* databases"
     admin = mysql_admin()
@@ -247,9 +55,6 @@ def app_databases() -> Iterator[AppDatabases]:
     yield databases
     databases.drop()
     admin.close()
-
-
-PHORGE_DB = pytest.mark.django_db(transaction=True, databases=["default", "phorge"])
 
 
 @pytest.fixture
@@ -270,20 +75,6 @@ def receiver() -> Iterator[Receiver]:
 def delivery_config() -> Any:
     """The configured DeliveryConfig with fast test timings; tests replace() what they need."""
     return dataclasses.replace(settings.GORGE_WEBHOOK, delivery_timeout=3.0, claim_lease_sec=8)
-
-
-def worker_env(**overrides: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["DJANGO_SETTINGS_MODULE"] = "gorge_site.settings"  # the production settings, as deployed
-    env["GORGE_WEBHOOK_DATABASE_URL"] = _phorge_url()
-    env.update(overrides)
-    return env
-
-
-def _phorge_url() -> str:
-    db = settings.DATABASES["phorge"]
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"mysql://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import PHID_ALPHABET, random_phid
+from tests.helpers import PHID_ALPHABET, random_phid
 from webhook_delivery.sql import PHORGE_APP_SCHEMA
 
 APP_SCHEMA = PHORGE_APP_SCHEMA

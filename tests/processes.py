@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import connections
 
-from tests.conftest import Phorge, random_phid, worker_env
+from tests.helpers import Phorge, random_phid, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.helpers import PHORGE_DB, Phorge
 from tests.ui_helpers import properties
 from webhook_delivery.models import HeraldWebhook, HeraldWebhookRequest
 from webhook_delivery.status.models import WorkerHeartbeat

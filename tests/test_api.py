@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.helpers import PHORGE_DB, Phorge
 from tests.ui_helpers import seed_contract
 
 pytestmark = PHORGE_DB

@@ -20,7 +20,7 @@ from django.contrib.auth.models import User
 from django.db import OperationalError
 from django.test import Client
 
-from tests.conftest import PHORGE_DB, Phorge, mysql_admin, worker_env
+from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
 from tests.receiver import Receiver
 from webhook_delivery.dispatcher import Dispatcher
 from webhook_delivery.job import Counters, Job, JobRunner
@@ -76,7 +76,7 @@ def test_a_production_database_url_in_the_environment_is_never_touched(tmp_path:
 
 
 def test_the_suite_refuses_a_database_name_it_did_not_generate() -> None:
-    from tests.conftest import throwaway_name
+    from tests.helpers import throwaway_name
 
     assert throwaway_name(f"gwtest{os.getpid()}_herald")
     for name in ("phabricator_herald", "gwtest_herald", "gwtest12_herald_x", "prod_gwtest1_herald", "gwtest1"):

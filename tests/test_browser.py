@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PHORGE_DB, Phorge, random_phid
+from tests.helpers import PHORGE_DB, Phorge, random_phid
 from tests.ui_helpers import seed_bulk
 from webhook_delivery.status.models import WorkerHeartbeat
 

@@ -11,8 +11,9 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from tests.conftest import PHORGE_DB, Phorge, as_request_row
+from tests.helpers import PHORGE_DB, Phorge, as_request_row
 from tests.ui_helpers import full_scans, properties, seed_bulk, seed_contract
+from tests.urlwalk import every_page, is_public
 from webhook_delivery import selectors
 from webhook_delivery.herald import is_due, next_due
 
@@ -241,3 +242,31 @@ def test_recent_failures_mix_failed_attempts_and_hook_errors_newest_first(phorge
     ]
     assert old_attempt not in {f.phid for f in failures}  # older than a day: counted, not listed
     assert health.hooks[0].errors[0].count == 1 and len(health.hooks[0].errors) == 3
+
+
+def test_no_page_scans_the_request_table(admin_client: Any, phorge: Phorge, settings: Any) -> None:
+    """Every page of the URLconf, as a superuser with the API token: each SELECT it sends to Phorge's
+    database reaches herald_webhookrequest through an index (a week of history is a million rows)."""
+    seed_bulk(phorge)
+    settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, service_token="t0ken")
+    scans = []
+    for path in every_page():
+        with CaptureQueriesContext(connections["phorge"]) as captured:
+            admin_client.get(path, headers={"X-Service-Token": "t0ken"})
+        for query in captured.captured_queries:
+            if query["sql"].startswith("SELECT") and full_scans(query["sql"]):
+                scans.append((path, query["sql"][:200]))
+    assert scans == []
+
+
+def test_every_page_but_the_probes_wants_a_staff_login_or_the_token(client: Any, phorge: Phorge) -> None:
+    phorge.request(phorge.hook("http://127.0.0.1:9/x"))
+    open_pages = []
+    for path in every_page():
+        response = client.get(path)
+        if is_public(path):
+            continue
+        login = response.status_code == 302 and "/admin/login/" in response["Location"]
+        if not (login or response.status_code in (401, 403, 404, 405)):
+            open_pages.append((path, response.status_code))
+    assert open_pages == []

@@ -20,7 +20,7 @@ from typing import Any
 import MySQLdb
 import pytest
 
-from tests.conftest import dump_statements, random_key, random_phid
+from tests.helpers import dump_statements, random_key, random_phid
 from tests.processes import WorkerProcess, wait_for
 from tests.receiver import Receiver
 from webhook_delivery.sql import PHORGE_SCHEMA

@@ -16,7 +16,7 @@ from django.db import connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.helpers import PHORGE_DB, Phorge
 from tests.receiver import Receiver
 from webhook_delivery.herald import Dialect, RequestRow, backoff_until, counts_toward_breaker, is_due, next_due
 from webhook_delivery.store import Store

@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import PHORGE_DB, Phorge, worker_env
+from tests.helpers import PHORGE_DB, Phorge, worker_env
 from tests.test_readme import README, environment_variables
 
 ROOT = Path(__file__).resolve().parent.parent

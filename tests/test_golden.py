@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.helpers import PHORGE_DB, Phorge
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery.config import default_blacklist

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.conftest import PHORGE_DB, Phorge, random_phid
+from tests.helpers import PHORGE_DB, Phorge, random_phid
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery import selectors

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.helpers import PHORGE_DB, Phorge
 from tests.test_api import phorge_unreachable
 from tests.ui_helpers import properties, seed_contract
 from webhook_delivery import selectors

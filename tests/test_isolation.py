@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 
 from bench.common import tcp_ports
-from tests.conftest import PHORGE_DB, Phorge, mysql_admin
+from tests.helpers import PHORGE_DB, Phorge, mysql_admin
 from tests.processes import WorkerProcess, count_status, seed, wait_for
 from tests.receiver import Receiver
 from webhook_delivery.dispatcher import Dispatcher

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.conftest import PHORGE_DB, Phorge, mysql_admin, worker_env
+from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
 from tests.receiver import Receiver
 from tests.test_golden import CASES, NEEDS_PHORGE_LOOKUPS, TIME_COLUMNS
 

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connections
 from prometheus_client import REGISTRY
 
-from tests.conftest import PHORGE_DB, Phorge, mysql_admin, random_phid
+from tests.helpers import PHORGE_DB, Phorge, mysql_admin, random_phid
 from tests.phorge_app_db import AppDatabases, app_schema
 from webhook_delivery.grants import grants_sql
 from webhook_delivery.phorge_lookups import (

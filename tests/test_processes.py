@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.conftest import PHORGE_DB, Phorge, as_request_row, mysql_admin
+from tests.helpers import PHORGE_DB, Phorge, as_request_row, mysql_admin
 from tests.processes import WorkerProcess, count_status, seed, wait_for
 from tests.receiver import Receiver
 from webhook_delivery.herald import is_due

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.core.management import get_commands
 
-from tests.conftest import PHORGE_DB, Phorge, mysql_admin
+from tests.helpers import PHORGE_DB, Phorge, mysql_admin
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

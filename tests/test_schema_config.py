@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from tests.conftest import PHORGE_DB, worker_env
+from tests.helpers import PHORGE_DB, worker_env
 from webhook_delivery.config import LEASE_MARGIN_SEC, default_blacklist, load_config, parse_blacklist
 from webhook_delivery.models import HeraldWebhook, HeraldWebhookRequest
 

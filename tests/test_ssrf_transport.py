@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PHORGE_DB, Phorge
+from tests.helpers import PHORGE_DB, Phorge
 from tests.rawserver import RawServer, read_request
 from tests.receiver import Receiver
 from webhook_delivery import transport

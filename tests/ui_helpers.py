@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import connections
 
-from tests.conftest import Phorge, random_phid
+from tests.helpers import Phorge, random_phid
 
 PHP_FLAGS = {"retry": "never", "transactionPHIDs": [], "triggerPHIDs": [], "silent": False, "secure": False}
 

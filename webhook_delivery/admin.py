@@ -61,6 +61,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    @admin.display(description="created", ordering="date_created")
+    def created(self, obj: Any) -> str:
+        return _when(obj.date_created)
+
+    @admin.display(description="modified", ordering="date_modified")
+    def modified(self, obj: Any) -> str:
+        return _when(obj.date_modified)
+
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """Only the list's own filters. Django would otherwise filter on any local field given in the
         query string (`?hmac_key__startswith=ab`): an oracle for keys and URIs, one character at a time."""
@@ -92,14 +100,6 @@ class HeraldWebhookAdmin(ReadOnlyAdmin):
     @admin.display(description="HMAC key")
     def signing_key(self, obj: Any) -> str:
         return "missing: requests stay queued" if obj.key_missing else "set"
-
-    @admin.display(description="created", ordering="date_created")
-    def created(self, obj: HeraldWebhook) -> str:
-        return _when(obj.date_created)
-
-    @admin.display(description="modified", ordering="date_modified")
-    def modified(self, obj: HeraldWebhook) -> str:
-        return _when(obj.date_modified)
 
 
 def _phorge_link(base: str | None, path: str, text: str) -> str:
@@ -213,11 +213,3 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
     def last_attempt(self, obj: HeraldWebhookRequest) -> str:
         when = _when(obj.last_request_epoch)
         return format_html("{}<br>{}", when[:10], when[11:16]) if obj.last_request_epoch else when
-
-    @admin.display(description="created", ordering="date_created")
-    def created(self, obj: HeraldWebhookRequest) -> str:
-        return _when(obj.date_created)
-
-    @admin.display(description="modified", ordering="date_modified")
-    def modified(self, obj: HeraldWebhookRequest) -> str:
-        return _when(obj.date_modified)

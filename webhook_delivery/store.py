@@ -213,19 +213,13 @@ class Store:
         """Compare-and-set the version; returns the new version when this process won the row.
 
         With `lock` (name, session id) the claim also requires that session to hold the hook's named lock
-        right now. MySQL hands the new value back through LAST_INSERT_ID(expr), SQLite through RETURNING,
-        so a claim is one round trip.
+        right now.
         """
         params: tuple[Any, ...] = (row.id, row.date_modified, retry_backoff, lease)
         sql = self._claim_sql
         if lock is not None and self.is_mysql:
             sql, params = self._locked_claim_sql, (*params, *lock)
-        with self._cursor() as cursor:
-            cursor.execute(sql, params)
-            if self.is_mysql:
-                return int(cursor.lastrowid) if cursor.rowcount == 1 else None
-            won = cursor.fetchone()
-            return None if won is None else int(won[0])
+        return self._guarded_update(sql, params)
 
     def write_outcome(
         self, row_id: int, version: int, *, status: str, result: str, attempted: bool, properties: str | None
@@ -241,12 +235,19 @@ class Store:
             if properties is not None
             else (status, result, row_id, version)
         )
+        return self._guarded_update(sql, params)
+
+    def _guarded_update(self, sql: str, params: tuple[Any, ...]) -> int | None:
+        """Run a one-row compare-and-set UPDATE; the dateModified it set, or None when no row matched.
+
+        MySQL hands the value back through LAST_INSERT_ID(expr), SQLite through RETURNING: one round trip.
+        """
         with self._cursor() as cursor:
             cursor.execute(sql, params)
             if self.is_mysql:
                 return int(cursor.lastrowid) if cursor.rowcount == 1 else None
-            written = cursor.fetchone()
-            return None if written is None else int(written[0])
+            row = cursor.fetchone()
+            return None if row is None else int(row[0])
 
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
         """Epochs of this hook's failed attempts inside the breaker window, newest first (key_ratelimit)."""
