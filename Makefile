@@ -7,6 +7,7 @@ help:
 	@echo "            (DEMO_SERVE=0: check the dashboard once and exit; DEMO_PORT=8000)"
 	@echo "make test   lint, then the whole test suite against MariaDB (PYTEST_ARGS=..., GORGE_TEST_DB=...)"
 	@echo "make lint   ruff, ruff format --check, mypy, makemigrations --check, manage.py check"
+	@echo "make check  the quick lane while editing: tests without lint, browser or slow process tests"
 	@echo "make bench  delivery throughput, latency, 1M-row history and memory figures (BENCH_ARGS=--quick)"
 	@echo "make image-test  build the image with podman and run web, worker and demo from it for real"
 
@@ -27,3 +28,6 @@ bench: venv
 
 image-test:
 	@scripts/image-test.sh
+
+check:
+	@scripts/check.sh

@@ -1,4 +1,4 @@
-"""`make bench`: how fast deliver_webhooks is on this machine, next to the targets of issue 7.
+"""`make bench`: how fast deliver_webhooks is on this machine, next to their targets.
 
     .venv/bin/python bench/run.py [--quick] [--smoke] [--repeat K] [--receiver auto|nginx|python]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -155,3 +156,40 @@ def test_make_demo_in_a_fresh_checkout(tmp_path: Path) -> None:
         assert uri not in output and key not in output, "a hook URI or HMAC key reached the terminal"
     site = sqlite3.connect(checkout / "var/demo/site.sqlite3")
     assert site.execute("SELECT username, is_staff FROM auth_user").fetchall() == [("demo", 1)]
+
+
+def test_the_demo_runs_from_the_images_files_alone(tmp_path: Path) -> None:
+    """Only what the Dockerfile copies into the image (its COPY lines), and `manage.py demo` works there."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    runtime = dockerfile[dockerfile.index("AS runtime") :]
+    copied = re.findall(r"^COPY (\S+) \S+$", runtime, re.MULTILINE)
+    assert copied == ["manage.py", "gorge_site/", "webhook_delivery/"]
+    app = tmp_path / "app"
+    app.mkdir()
+    for item in copied:
+        source = ROOT / item
+        if source.is_dir():
+            shutil.copytree(source, app / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, app / item)
+    env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
+    env.update(
+        DJANGO_SETTINGS_MODULE="gorge_site.settings",
+        GORGE_ENV_FILE="/dev/null",
+        DEBUG="true",
+        SECRET_KEY="demo-from-the-image-layout-0123456789",
+        DATABASE_URL=f"sqlite:///{app}/var/demo/site.sqlite3",
+        GORGE_WEBHOOK_DATABASE_URL=f"sqlite:///{app}/var/demo/phabricator_herald.sqlite3",
+    )
+    done = subprocess.run(
+        [sys.executable, "manage.py", "demo", "--no-serve"],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert demo_result(output) == EXPECTED

@@ -21,7 +21,7 @@ from django.db import DatabaseError
 from . import metrics
 from .config import DeliveryConfig
 from .dispatcher import Dispatcher, UnsendableRequest
-from .herald import Hook, RequestRow, backoff_until, is_due
+from .herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
 from .locks import webhook_lock_name
 from .outcomes import Outcome, with_error
 from .phorge_lookups import PhpWorkerGuard
@@ -84,8 +84,10 @@ class Counters:
             return dict(self.values)
 
 
-UNREADABLE = Outcome("failed", "none", "hook", "unreadable", attempted=False)  # recorded as failed/none/0 only
-_WRITE_PROBE = Outcome("queued", "fail", "timeout", 28, attempted=True)
+UNREADABLE = Outcome(
+    RequestStatus.FAILED, RequestResult.NONE, "hook", "unreadable", attempted=False
+)  # recorded as failed/none/0 only
+_WRITE_PROBE = Outcome(RequestStatus.QUEUED, RequestResult.FAIL, "timeout", 28, attempted=True)
 
 
 def _readable(text: str | None) -> tuple[dict[str, Any] | None, str]:
@@ -165,7 +167,7 @@ class JobRunner:
         due = []
         for row in rows:
             current = by_id.get(row.id)
-            if current is None or current.status != "queued":
+            if current is None or current.status != RequestStatus.QUEUED:
                 result.done.append(row.id)
             elif now is not None and is_due(current, now, self.config.claim_lease_sec, self.config.retry_backoff_sec):
                 due.append(current)
@@ -213,7 +215,7 @@ class JobRunner:
                     continue
                 lost_once.add(row.id)
                 pending = self._reread([row, *pending], result)
-            elif outcome.result == "fail":
+            elif outcome.result == RequestResult.FAIL:
                 return  # hand the hook back: its other rows wait for a later turn
 
     def _deliver_row(
@@ -255,9 +257,9 @@ class JobRunner:
             row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
         )
         self._record(row, outcome, written)
-        if outcome.result == "okay":
+        if outcome.result == RequestResult.OKAY:
             result.answered = True
-        elif outcome.result == "fail":
+        elif outcome.result == RequestResult.FAIL:
             result.answered = False
         if written is None:
             result.claimed.append(row.id)
@@ -272,7 +274,7 @@ class JobRunner:
             "request cannot be delivered as stored: marked failed, properties left untouched",
             extra={"request": row.phid, "hook": row.webhook_phid, "reason": problem},
         )
-        written = self._write(row, version, claimed_at, "failed", "none", False, None)
+        written = self._write(row, version, claimed_at, RequestStatus.FAILED, RequestResult.NONE, False, None)
         metrics.DELIVERIES.labels("failed", "unreadable").inc()
         self.counters.add("deliveries.failed")
         self.counters.add("deliveries.unreadable")
@@ -315,7 +317,7 @@ class JobRunner:
                 delay = min(delay * 2, 5.0)
 
     def _record(self, row: RequestRow, outcome: Outcome, written: int | None) -> None:
-        label = "sent" if outcome.status == "sent" else "retry" if outcome.retried else "failed"
+        label = "sent" if outcome.status == RequestStatus.SENT else "retry" if outcome.retried else "failed"
         metrics.DELIVERIES.labels(label, outcome.error_type).inc()
         self.counters.add(f"deliveries.{label}")
         extra = {
@@ -327,7 +329,7 @@ class JobRunner:
         }
         if written is None:
             return
-        if outcome.status == "sent":
+        if outcome.status == RequestStatus.SENT:
             logger.debug("webhook delivered", extra=extra)
         else:
             logger.warning("webhook request failed", extra=extra)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .herald import RequestResult, RequestStatus
+
 HOOK_ERROR = "hook"
 SILENT = "silent"
 DISABLED = "disabled"
@@ -35,19 +37,19 @@ class Outcome:
 
     @property
     def retried(self) -> bool:
-        return self.status == "queued"
+        return self.status == RequestStatus.QUEUED
 
 
 def from_http(http: HttpOutcome, *, retry_forever: bool) -> Outcome:
     if http.ok:
-        return Outcome("sent", "okay", http.error_type, http.error_code, attempted=True)
-    status = "queued" if retry_forever else "failed"
-    return Outcome(status, "fail", http.error_type, http.error_code, attempted=True)
+        return Outcome(RequestStatus.SENT, RequestResult.OKAY, http.error_type, http.error_code, attempted=True)
+    status = RequestStatus.QUEUED if retry_forever else RequestStatus.FAILED
+    return Outcome(status, RequestResult.FAIL, http.error_type, http.error_code, attempted=True)
 
 
 def configuration_failure(code: str) -> Outcome:
     """PHP's failRequest(): permanent, and `none`/0 so it never feeds the breaker."""
-    return Outcome("failed", "none", HOOK_ERROR, code, attempted=False)
+    return Outcome(RequestStatus.FAILED, RequestResult.NONE, HOOK_ERROR, code, attempted=False)
 
 
 def with_error(properties: dict[str, Any], outcome: Outcome) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .herald import RequestRow, next_due
+from .herald import RequestResult, RequestRow, RequestStatus, next_due
 
 PER_HOOK = 64
 TOTAL = 32_768
@@ -65,7 +65,7 @@ class QueueSource(Protocol):
 
 
 def _untried(row: RequestRow) -> bool:
-    return row.last_result == "none" and row.last_epoch == 0
+    return row.last_result == RequestResult.NONE and row.last_epoch == 0
 
 
 @dataclass
@@ -179,7 +179,7 @@ class QueueWindow:
     def _see(self, row: RequestRow, now: int) -> None:
         """A row read by id (a new row, or one found in a hole): hold it, or make sure a cursor reaches it."""
         hook = self.hooks.get(row.webhook_phid)
-        if row.status != "queued":
+        if row.status != RequestStatus.QUEUED:
             if hook is not None:
                 self._drop(hook, row.id)
             return
@@ -194,7 +194,7 @@ class QueueWindow:
                 hook.untried_after = min(hook.untried_after, row.id - 1)
                 hook.untried_done = False
                 self._untried_pending.add(hook.phid)
-        elif row.last_result == "fail":
+        elif row.last_result == RequestResult.FAIL:
             due = next_due(row, self.lease, self.retry_backoff)
             if due <= now and self._hold(hook, row, now):
                 return
@@ -448,7 +448,7 @@ class QueueWindow:
                 continue
             hook.out.discard(row.id)
             current = newer.get(row.id)
-            if current is not None and current.status != "queued":
+            if current is not None and current.status != RequestStatus.QUEUED:
                 self._drop(hook, row.id)
             elif current is not None:
                 self._hold(hook, current, now)

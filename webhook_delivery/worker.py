@@ -27,7 +27,7 @@ from django.db import DatabaseError, connections
 from . import metrics
 from .config import PHORGE_ALIAS, DeliveryConfig
 from .dispatcher import Dispatcher
-from .herald import Hook
+from .herald import Hook, RequestResult
 from .job import Counters, Job, JobResult, JobRunner, Lane
 from .phorge_lookups import OutboundBlacklist, PhorgeObjects, PhorgeSettings, PhpWorkerGuard, SilentMode
 from .sessions import LockSession, SessionPool, close_quietly
@@ -67,7 +67,7 @@ class Lanes:
         known = self.answering.get(hook_phid)
         if known is None:
             # After a restart, a row that failed last time says how its hook was doing.
-            return Lane.FAILING if last_result == "fail" else Lane.NEW
+            return Lane.FAILING if last_result == RequestResult.FAIL else Lane.NEW
         return Lane.ANSWERING if known else Lane.FAILING
 
     def admits(self, lane: Lane) -> bool:
