@@ -48,6 +48,10 @@ class DeliveryConfig:
     outbound_blacklist_from_env: bool = False
     silent: bool | None = None
     service_token: str = field(default="", repr=False)
+    attempt_log: bool = True
+    attempt_log_days: int = 7
+    attempt_log_per_hook: int = 10_000
+    attempt_log_body_bytes: int = 0
 
     @property
     def lease_was_clamped(self) -> bool:
@@ -193,6 +197,17 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         except ValueError as exc:
             r.errors.append(ConfigError("GORGE_WEBHOOK_SILENT", f"{exc}, got {raw_silent!r}"))
 
+    attempt_log = True
+    raw_log = r.raw("GORGE_WEBHOOK_ATTEMPT_LOG")
+    if raw_log:
+        try:
+            attempt_log = parse_bool(raw_log)
+        except ValueError as exc:
+            r.errors.append(ConfigError("GORGE_WEBHOOK_ATTEMPT_LOG", f"{exc}, got {raw_log!r}"))
+    log_days = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_DAYS", 7, minimum=1, maximum=366)
+    log_per_hook = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_PER_HOOK", 10_000, minimum=10, maximum=10_000_000)
+    log_body = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_BODY_BYTES", 0, minimum=0, maximum=65_536)
+
     minimum_lease = math.ceil(timeout) + LEASE_MARGIN_SEC
     delivery = DeliveryConfig(
         namespace=namespace,
@@ -209,5 +224,9 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         outbound_blacklist_from_env=raw_blacklist is not None,
         silent=silent,
         service_token=r.env.get("GORGE_SERVICE_TOKEN", "").strip(),
+        attempt_log=attempt_log,
+        attempt_log_days=log_days,
+        attempt_log_per_hook=log_per_hook,
+        attempt_log_body_bytes=log_body,
     )
     return LoadedConfig(delivery=delivery, phorge_database_url=url, errors=tuple(r.errors))

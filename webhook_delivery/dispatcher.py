@@ -101,6 +101,7 @@ class Dispatcher:
                 first_hop=first_hop,
                 blacklist=blacklist,
                 resolver=self.resolver,
+                keep_body=self.config.attempt_log_body_bytes if self.config.attempt_log else 0,
             )
             metrics.ATTEMPT_SECONDS.observe(time.monotonic() - began)
         except InvalidURI as exc:

@@ -19,6 +19,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from . import metrics
+from .attempts import AttemptLog, AttemptRecord
 from .config import DeliveryConfig
 from .dispatcher import Dispatcher, UnsendableRequest
 from .herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
@@ -120,6 +121,7 @@ class JobRunner:
         counters: Counters,
         stopping: threading.Event,
         php: PhpWorkerGuard | None = None,
+        attempts: AttemptLog | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -128,6 +130,7 @@ class JobRunner:
         self.counters = counters
         self.stopping = stopping
         self.php = php
+        self.attempts = attempts
         self.php_active = False  # set by the main loop from the guard: PHP delivered lately
 
     def run(self, job: Job) -> JobResult:
@@ -239,19 +242,20 @@ class JobRunner:
             return None
         metrics.CLAIMS.labels("won").inc()
         self.counters.add("claims_won")
-        claimed_at = time.monotonic()
+        claimed_at, began = time.monotonic(), time.time()
         if properties is None:
-            return self._poison(row, version, claimed_at, result, problem)
+            return self._poison(row, version, claimed_at, result, problem, began)
         try:
             outcome = self.dispatcher.process(row, properties, job.hook, started=claimed_at)
         except UnsendableRequest as exc:
-            return self._poison(row, version, claimed_at, result, str(exc))
+            return self._poison(row, version, claimed_at, result, str(exc), began)
         except DatabaseError:
             raise  # an outage: the row waits out its claim and comes back
         except Exception:
             # A bug of ours, possibly after a call: never try this row again on its own.
             logger.exception("unexpected error delivering a request", extra={"request": row.phid})
-            return self._poison(row, version, claimed_at, result, "internal error")
+            return self._poison(row, version, claimed_at, result, "internal error", began)
+        self._log_attempt(row, outcome, began, time.monotonic() - claimed_at)
         new_properties = encode_compact(with_error(properties, outcome))  # cannot fail: _readable() tried it
         written = self._write(
             row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
@@ -269,7 +273,31 @@ class JobRunner:
             result.done.append(row.id)
         return outcome
 
-    def _poison(self, row: RequestRow, version: int, claimed_at: float, result: JobResult, problem: str) -> Outcome:
+    def _log_attempt(self, row: RequestRow, outcome: Outcome, began: float, seconds: float) -> None:
+        if self.attempts is None:
+            return
+        http = outcome.http
+        self.attempts.record(
+            AttemptRecord(
+                request_phid=row.phid,
+                hook_phid=row.webhook_phid,
+                object_phid=row.object_phid,
+                started_at=began,
+                duration_ms=seconds * 1000,
+                status=outcome.status,
+                result=outcome.result,
+                error_type=outcome.error_type,
+                error_code=str(outcome.error_code),
+                http_status=None if http is None else http.status,
+                response_bytes=None if http is None else http.response_bytes,
+                redirects=0 if http is None else http.redirects,
+                response_prefix="" if http is None else http.body_prefix.decode("utf-8", "replace"),
+            )
+        )
+
+    def _poison(
+        self, row: RequestRow, version: int, claimed_at: float, result: JobResult, problem: str, began: float
+    ) -> Outcome:
         logger.error(
             "request cannot be delivered as stored: marked failed, properties left untouched",
             extra={"request": row.phid, "hook": row.webhook_phid, "reason": problem},
@@ -279,6 +307,7 @@ class JobRunner:
         self.counters.add("deliveries.failed")
         self.counters.add("deliveries.unreadable")
         (result.done if written is not None else result.claimed).append(row.id)
+        self._log_attempt(row, UNREADABLE, began, time.monotonic() - claimed_at)
         return UNREADABLE
 
     def _write(

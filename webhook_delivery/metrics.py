@@ -44,3 +44,7 @@ PHP_WORKER_ACTIVE = Gauge(
     "Phorge's PHP worker runs HeraldWebhookWorker tasks: 1 yes, 0 no (or only in the last 15 minutes), "
     "-1 unknown (no grant on <ns>_worker).",
 )
+ATTEMPT_LOG_LOST = Counter(
+    "gorge_webhook_attempt_log_lost",
+    "Attempts not recorded in the attempt log (Django's database unavailable, or the queue full).",
+)

@@ -21,6 +21,10 @@ class HttpOutcome:
 
     error_type: str
     error_code: int
+    status: int | None = None  # the final HTTP status, when an answer came
+    response_bytes: int | None = None
+    redirects: int = 0
+    body_prefix: bytes = b""  # the answer's first bytes, only when the attempt log asks for them
 
     @property
     def ok(self) -> bool:
@@ -34,6 +38,7 @@ class Outcome:
     error_type: str  # hook | http | timeout
     error_code: int | str  # int for HTTP status and libcurl numbers, str for hook codes (PHP's types)
     attempted: bool  # lastRequestEpoch = now when attempted, else 0
+    http: HttpOutcome | None = None  # what the HTTP attempt saw, when there was one
 
     @property
     def retried(self) -> bool:
@@ -42,9 +47,9 @@ class Outcome:
 
 def from_http(http: HttpOutcome, *, retry_forever: bool) -> Outcome:
     if http.ok:
-        return Outcome(RequestStatus.SENT, RequestResult.OKAY, http.error_type, http.error_code, attempted=True)
+        return Outcome(RequestStatus.SENT, RequestResult.OKAY, http.error_type, http.error_code, True, http)
     status = RequestStatus.QUEUED if retry_forever else RequestStatus.FAILED
-    return Outcome(status, RequestResult.FAIL, http.error_type, http.error_code, attempted=True)
+    return Outcome(status, RequestResult.FAIL, http.error_type, http.error_code, True, http)
 
 
 def configuration_failure(code: str) -> Outcome:

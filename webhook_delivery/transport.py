@@ -289,10 +289,15 @@ def _send_once(target: Target, address: IPAddress, headers: dict[str, str], body
     )
 
 
-def _drain(raw: Any) -> None:
-    while raw.read(READ_CHUNK, decode_content=False):
-        pass
+def _drain(raw: Any, keep: int) -> tuple[int, bytes]:
+    """Read the answer to its end without keeping it: its size, and its first `keep` bytes."""
+    size, kept = 0, b""
+    while chunk := raw.read(READ_CHUNK, decode_content=False):
+        size += len(chunk)
+        if len(kept) < keep:
+            kept += chunk[: keep - len(kept)]
     raw.release_conn()
+    return size, kept
 
 
 def start_attempt(timeout: float, *, started: float | None = None) -> None:
@@ -316,8 +321,10 @@ def post(
     first_hop: tuple[Target, tuple[IPAddress, ...]],
     blacklist: Sequence[IPNetwork],
     resolver: Resolver,
+    keep_body: int = 0,
 ) -> HttpOutcome:
-    """POST `body` as Phorge does, within the deadline set by start_attempt.
+    """POST `body` as Phorge does, within the deadline set by start_attempt; with `keep_body`, the final
+    answer's first bytes come back too (for the attempt log, when asked for).
 
     Raises InvalidURI when a redirect hop is refused.
     """
@@ -331,7 +338,7 @@ def post(
             _attempt.addresses = tuple(str(address) for address in addresses)  # tried in turn, like curl
             response = _send_once(target, addresses[0], _headers(target, signature, payload), payload)
             try:
-                _drain(response)
+                size, kept = _drain(response, keep_body)
             except BaseException:
                 response.close()
                 response.release_conn()
@@ -339,11 +346,11 @@ def post(
             status = int(response.status)
             location = response.headers.get("Location")
             if status not in (301, 302, 303, 307, 308) or not location:
-                return HttpOutcome("http", status)
+                return HttpOutcome("http", status, status, size, hop, kept)
             current_uri = urljoin(current_uri, location.strip())
             if status in (301, 302, 303):
                 payload = None
-        return HttpOutcome("http", CURLE_TOO_MANY_REDIRECTS)
+        return HttpOutcome("http", CURLE_TOO_MANY_REDIRECTS, redirects=MAX_REDIRECTS + 1)
     except InvalidURI:
         raise
     except Exception as exc:  # noqa: BLE001 - every transport failure becomes a PHP-style outcome

@@ -25,6 +25,7 @@ from types import FrameType
 from django.db import DatabaseError, connections
 
 from . import metrics
+from .attempts import AttemptLog
 from .config import PHORGE_ALIAS, DeliveryConfig
 from .dispatcher import Dispatcher
 from .herald import Hook, RequestResult
@@ -131,6 +132,8 @@ class Worker:
         self.lanes = Lanes(self.max_concurrent)
         self.stopping = threading.Event()
         self.counters = Counters()
+        self.heartbeat = Heartbeat()
+        self.attempts = AttemptLog(config, self.heartbeat.worker_id) if config.attempt_log else None
         self.runner = JobRunner(
             config,
             store=Store(alias, pool=self.pool),
@@ -139,6 +142,7 @@ class Worker:
             counters=self.counters,
             stopping=self.stopping,
             php=self.php_guard,
+            attempts=self.attempts,
         )
         self.hooks: dict[str, Hook] = {}
         self._hooks_loaded = 0.0
@@ -148,7 +152,6 @@ class Worker:
         self.misconfigured: set[str] = set()
         self._db_down_since: float | None = None
         self._signals = 0
-        self.heartbeat = Heartbeat()
         self._last_heartbeat = 0.0
         self._last_lock_check = 0.0
         self._reported: dict[str, int] = {}
@@ -264,6 +267,8 @@ class Worker:
             pool.shutdown(wait=True)
             self._report_activity(self.counters.snapshot())
             self.heartbeat.retire()
+            if self.attempts is not None:
+                self.attempts.close()
             self.locks.close()
             self.pool.close()
             close_quietly(connections[self.alias])
@@ -386,6 +391,8 @@ class Worker:
                     "hook entered error backoff: too many recent failures",
                     extra={"hook": job.hook_phid, "until_epoch": result.backoff_until},
                 )
+                if self.attempts is not None:
+                    self.attempts.breaker_entered(job.hook_phid, result.backoff_until)
             self.backoff_until[job.hook_phid] = result.backoff_until
         metrics.HOOKS_IN_BACKOFF.set(len(self.backoff_until))
         self._set_in_flight_metrics()

@@ -18,3 +18,50 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class DeliveryAttempt(models.Model):
+    """One processing of a Phorge webhook request by a worker: an HTTP attempt, or a refusal without a call
+    (a refused URI, a disabled hook, ...). Phorge keeps only the last result of a request; this keeps each.
+
+    Never our request body or signature (Phorge can rebuild both), never a URI or a key; the first bytes of
+    the receiver's answer only when GORGE_WEBHOOK_ATTEMPT_LOG_BODY_BYTES asks for them.
+    """
+
+    request_phid = models.CharField(max_length=64, db_index=True)
+    hook_phid = models.CharField(max_length=64)
+    object_phid = models.CharField(max_length=64)
+    started_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+    status = models.CharField(max_length=16)  # what the row became: queued, sent or failed
+    result = models.CharField(max_length=16)  # okay, fail, or none (no call)
+    error_type = models.CharField(max_length=16)
+    error_code = models.CharField(max_length=64)
+    http_status = models.PositiveSmallIntegerField(null=True)
+    response_bytes = models.PositiveIntegerField(null=True)
+    redirects = models.PositiveSmallIntegerField(default=0)
+    worker_id = models.CharField(max_length=200)
+    response_prefix = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["hook_phid", "started_at"]), models.Index(fields=["started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.request_phid} {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class BreakerEvent(models.Model):
+    """A hook entering Phorge's error backoff (too many failed attempts in the window), as a worker saw it."""
+
+    hook_phid = models.CharField(max_length=64)
+    entered_at = models.DateTimeField()
+    until = models.DateTimeField()
+    worker_id = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["-entered_at"]
+        indexes = [models.Index(fields=["hook_phid", "entered_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.hook_phid} {self.entered_at:%Y-%m-%d %H:%M:%S}"
