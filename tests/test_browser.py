@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from tests.helpers import PHORGE_DB, Phorge, random_phid
+from tests.receiver import Receiver
 from tests.ui_helpers import seed_bulk
 from webhook_delivery.status.models import WorkerHeartbeat
+from webhook_delivery.worker import Worker
 
 pytestmark = [PHORGE_DB, pytest.mark.browser]
 
@@ -136,3 +138,38 @@ def test_admin_finds_the_webhooks_of_an_object_or_a_hook_at_1280_px(
         "[document.querySelector('.results').scrollWidth, document.querySelector('.results').clientWidth]"
     )
     assert scroll <= shown, f"the list is cut off: {scroll} px in {shown}"
+
+
+def test_from_the_dashboard_to_a_hook_and_a_request_in_chromium(
+    live_server: Any, phorge: Phorge, django_user_model: Any, tmp_path: Path, chromium: Any, delivery_config: Any
+) -> None:
+    with Receiver() as receiver:
+        healthy = phorge.hook(receiver.url("/fine/ok"), name="Healthy hook")
+        broken = phorge.hook(receiver.url("/broken/s500"), name="Broken hook")
+        for _ in range(6):
+            phorge.request(healthy)
+        failed = phorge.request(broken)
+        Worker(delivery_config, once=True).run()
+        assert len(receiver.requests) == 7
+    django_user_model.objects.create_user("operator", password="pw-operator-1", is_staff=True)
+    page = chromium.new_page(viewport={"width": 1280, "height": 900})
+    log_in(page, live_server.url, "operator", "pw-operator-1")
+
+    page.click(f'#hooks tr[data-phid="{healthy}"] a:text("Healthy hook")')
+    page.wait_for_url(f"{live_server.url}/hooks/{healthy}/")
+    assert "6 of 6 attempts" in page.inner_text("#success-3600")
+    assert "p50" in page.inner_text("#latency-3600") and "- ms" not in page.inner_text("#latency-3600")
+    assert page.locator('#attempts tr[data-result="okay"]').count() == 6
+    page.screenshot(path=str(tmp_path / "hook.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/")
+    page.click(f'#failures a[href="/requests/{failed}/"]')
+    page.wait_for_url(f"{live_server.url}/requests/{failed}/")
+    steps = page.locator("#timeline li")
+    assert steps.count() == 1 and "HTTP 500" in steps.first.inner_text()
+    assert "failed" in page.inner_text("#phorge-row")
+    page.screenshot(path=str(tmp_path / "request.png"), full_page=True)
+    page.click("text=Broken hook")
+    page.wait_for_url(f"{live_server.url}/hooks/{broken}/")
+    assert "0.0 %" in page.inner_text("#success-3600")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280

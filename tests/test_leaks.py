@@ -114,4 +114,7 @@ def fetch_everything(client: Any, hooks: dict[str, str], requests: dict[str, str
         bodies[page] = response.content.decode() + repr(sorted(response.items()))
     assert '"queuedCount"' in bodies["/api/webhook/stats"] and "leak ok" in bodies["/"]
     assert any("/heraldwebhookrequest/" in page and "/change/" in page for page in bodies)
+    # The hook and request pages were walked, with attempts on record to show.
+    assert any(page.startswith("/hooks/") and "HTTP 500" in body for page, body in bodies.items())
+    assert any(page.startswith("/requests/") and "Invalid URI" in body for page, body in bodies.items())
     return bodies

@@ -11,6 +11,8 @@ from typing import Any
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
+from webhook_delivery.models import HeraldWebhook, HeraldWebhookRequest
+
 # Routes that are not pages to look at: each with the reason.
 NOT_PAGES = {
     "admin:view_on_site": "a redirect to the object on another site",
@@ -24,6 +26,14 @@ PUBLIC = {
     "admin:login",
     "admin:logout",
 }
+
+
+# Pages about one of Phorge's rows, named by its PHID: every row's page (up to ten), and one that is missing.
+PHID_PAGES: dict[str, Any] = {
+    "webhook_delivery:hook": HeraldWebhook,
+    "webhook_delivery:request": HeraldWebhookRequest,
+}
+MISSING_PHID = "PHID-XXXX-missingmissingmissing"
 
 
 def route_names(resolver: URLResolver | None = None, namespace: str = "") -> Iterator[tuple[str, list[str]]]:
@@ -63,6 +73,10 @@ def every_page(*, refuse_unknown: bool = True) -> list[str]:
             pages += [reverse(name, kwargs={"app_label": label}) for label in labels]
         elif arguments == ["url"]:
             pages.append(reverse(name, kwargs={"url": "no-such-page/"}))
+        elif arguments == ["phid"] and name in PHID_PAGES:
+            model = PHID_PAGES[name]
+            phids = [*model.objects.values_list("phid", flat=True)[:10], MISSING_PHID]
+            pages += [reverse(name, kwargs={"phid": phid}) for phid in phids]
         elif arguments in (["object_id"], ["id"]) and _model_admin(name) is not None:
             model_admin = _model_admin(name)
             for pk in model_admin.model._default_manager.values_list("pk", flat=True)[:3]:

@@ -15,6 +15,7 @@ from django.core.paginator import Paginator
 from django.db.models import BooleanField, ExpressionWrapper, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Lower
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
@@ -85,6 +86,7 @@ class HeraldWebhookAdmin(ReadOnlyAdmin):
         "name",
         "status",
         "signing_key",
+        "history",
         "view_policy",
         "edit_policy",
         "created",
@@ -96,6 +98,12 @@ class HeraldWebhookAdmin(ReadOnlyAdmin):
         missing = ExpressionWrapper(Q(hmac_key=""), output_field=BooleanField())
         queryset: QuerySet[HeraldWebhook] = super().get_queryset(request)
         return queryset.annotate(key_missing=missing)
+
+    @admin.display(description="attempts")
+    def history(self, obj: Any) -> str:
+        return format_html(
+            '<a href="{}">recent attempts and latency</a>', reverse("webhook_delivery:hook", args=[obj.phid])
+        )
 
     @admin.display(description="HMAC key")
     def signing_key(self, obj: Any) -> str:
@@ -123,6 +131,7 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
     fields = readonly_fields = (
         "id",
         "phid",
+        "history",
         "in_phorge",
         "hook",
         "object",
@@ -164,6 +173,12 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
     @admin.display(description="request", ordering="id")
     def request(self, obj: Any) -> str:
         return format_html('{}<br><code style="{}">{}</code>', obj.id, PHID_STYLE, obj.phid)
+
+    @admin.display(description="attempts")
+    def history(self, obj: Any) -> str:
+        return format_html(
+            '<a href="{}">every attempt on record</a>', reverse("webhook_delivery:request", args=[obj.phid])
+        )
 
     @admin.display(description="in Phorge")
     def in_phorge(self, obj: Any) -> str:

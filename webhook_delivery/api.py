@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
-from . import selectors
+from . import history, selectors
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,17 @@ def _hooks() -> dict[str, Any]:
     return {"total": selectors.hook_total()}
 
 
-def _hook_json(hook: selectors.HookHealth, health: selectors.QueueHealth) -> dict[str, Any]:
+def _latency_json(latency: history.Latency) -> dict[str, Any]:
+    return {
+        "window_sec": int(history.HOUR.total_seconds()),
+        "attempts": latency.attempts,
+        "p50": latency.p50,
+        "p95": latency.p95,
+        "p99": latency.p99,
+    }
+
+
+def _hook_json(hook: selectors.HookHealth, health: selectors.QueueHealth, latency: history.Latency) -> dict[str, Any]:
     return {
         "phid": hook.phid,
         "name": hook.name,
@@ -67,6 +77,7 @@ def _hook_json(hook: selectors.HookHealth, health: selectors.QueueHealth) -> dic
         "last_success_epoch": hook.last_success,
         "last_failure_epoch": hook.last_failure,
         "errors": [{"type": e.error_type, "code": e.error_code, "count": e.count} for e in hook.errors],
+        "latency_ms": _latency_json(latency),
     }
 
 
@@ -91,6 +102,7 @@ def _worker_json(worker: selectors.WorkerStatus) -> dict[str, Any]:
 
 def _health() -> dict[str, Any]:
     health = selectors.queue_health(settings.GORGE_WEBHOOK)
+    latencies = history.latency_by_hook(health.hook_phids)
     return {
         "now": health.now,
         "queue": {
@@ -104,7 +116,7 @@ def _health() -> dict[str, Any]:
             "late_after_sec": health.thresholds.late_after,
             "stalled_after_sec": health.thresholds.stalled_after,
         },
-        "hooks": [_hook_json(hook, health) for hook in health.hooks],
+        "hooks": [_hook_json(hook, health, latencies[hook.phid]) for hook in health.hooks],
         "workers": [_worker_json(worker) for worker in selectors.workers()],
         "php_worker": selectors.php_delivery_state(),
     }

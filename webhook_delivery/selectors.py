@@ -29,8 +29,10 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 
 from .config import PHORGE_ALIAS, DeliveryConfig
-from .herald import HOOKS, Dialect, text
+from .herald import HOOKS, REQUESTS, Dialect, text
+from .payload import phid_get_type
 from .phorge_lookups import PhorgeSettings, PhpWorkerGuard
+from .phpjson import UndecodableProperties, decode_properties
 from .state import PhpDeliveryState
 from .status.models import WorkerHeartbeat
 
@@ -87,9 +89,11 @@ def _uncommitted_reads(func: Callable[P, R]) -> Callable[P, R]:
     return reading
 
 
-def _hook_filter(phids: Sequence[str]) -> tuple[str, dict[str, str]]:
+def _hook_filter(phids: Sequence[str], column: str = "webhookPHID") -> tuple[str, dict[str, str]]:
+    if not phids:
+        return "1 = 0", {}
     params = {f"hook{index}": phid for index, phid in enumerate(phids)}
-    return "webhookPHID IN (" + ", ".join(f"%({name})s" for name in params) + ")", params
+    return f"{column} IN (" + ", ".join(f"%({name})s" for name in params) + ")", params
 
 
 FAILED_ROW = "(status = 'failed' OR lastRequestResult = 'fail')"
@@ -115,11 +119,14 @@ class HookRow:
     id: int = 0  # Phorge's id: its pages are /herald/webhook/view/<id>/
 
 
-def hooks() -> tuple[int, list[HookRow]]:
-    """Every hook (no URI, no key) and the database clock."""
+def hooks(only: Sequence[str] | None = None) -> tuple[int, list[HookRow]]:
+    """Every hook, or the ones named (no URI, no key), and the database clock."""
     dialect = _dialect()
+    where, params = _hook_filter(only, column="phid") if only is not None else ("1 = 1", {})
     rows = _fetch(
-        f"SELECT phid, name, status, hmacKey = '' AS no_key, {dialect.now_sql}, id FROM {HOOKS} ORDER BY name, id", {}
+        f"SELECT phid, name, status, hmacKey = '' AS no_key, {dialect.now_sql}, id FROM {HOOKS} WHERE {where} "
+        "ORDER BY name, id",
+        params,
     )
     now = int(rows[0][4]) if rows else int(_fetch(f"SELECT {dialect.now_sql}", {})[0][0])
     return now, [HookRow(text(r[0]), text(r[1]), text(r[2]), bool(r[3]), _int(r[5])) for r in rows]
@@ -319,10 +326,11 @@ def _earliest(a: int | None, b: int) -> int:
 
 
 @_uncommitted_reads
-def queue_health(config: DeliveryConfig) -> QueueHealth:
-    """Counts, due requests, breaker state and errors per hook: three queries however large the table."""
+def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> QueueHealth:
+    """Counts, due requests, breaker state and errors per hook (every hook, or the ones named): three
+    queries however large the table."""
     dialect = _dialect()
-    now, all_hooks = hooks()
+    now, all_hooks = hooks(only)
     tallies: dict[str, _Tally] = {hook.phid: _Tally() for hook in all_hooks}
     if all_hooks:
         where, params = _hook_filter(list(tallies))
@@ -512,6 +520,70 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
         )
         for r in rows[:limit]
     ]
+
+
+# -- one request, as Phorge holds it -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestDetail:
+    id: int
+    phid: str
+    hook_phid: str
+    object_phid: str
+    status: str
+    last_result: str
+    last_attempt: int
+    created: int
+    modified: int
+    properties: dict[str, Any] | None  # None: not JSON PHP would accept (the worker leaves such a row alone)
+    hook_name: str | None  # None: the hook is gone
+    hook_id: int | None
+    hook_status: str | None
+
+    @property
+    def object_type(self) -> str:
+        return phid_get_type(self.object_phid)
+
+    @property
+    def error_type(self) -> str:
+        return str((self.properties or {}).get("errorType", ""))
+
+    @property
+    def error_code(self) -> str:
+        return str((self.properties or {}).get("errorCode", ""))
+
+
+def request_detail(phid: str) -> RequestDetail | None:
+    """One request and its hook's name and status (never the hook's URI or key)."""
+    rows = _fetch(
+        "SELECT r.id, r.phid, r.webhookPHID, r.objectPHID, r.status, r.lastRequestResult, r.lastRequestEpoch, "
+        f"r.dateCreated, r.dateModified, r.properties, h.name, h.id, h.status FROM {REQUESTS} r "
+        f"LEFT JOIN {HOOKS} h ON h.phid = r.webhookPHID WHERE r.phid = %(phid)s",
+        {"phid": phid},
+    )
+    if not rows:
+        return None
+    row = rows[0]
+    try:
+        properties: dict[str, Any] | None = decode_properties(text(row[9]))
+    except UndecodableProperties:
+        properties = None
+    return RequestDetail(
+        id=_int(row[0]),
+        phid=text(row[1]),
+        hook_phid=text(row[2]),
+        object_phid=text(row[3]),
+        status=text(row[4]),
+        last_result=text(row[5]),
+        last_attempt=_int(row[6]),
+        created=_int(row[7]),
+        modified=_int(row[8]),
+        properties=properties,
+        hook_name=None if row[10] is None else text(row[10]),
+        hook_id=None if row[11] is None else _int(row[11]),
+        hook_status=None if row[12] is None else text(row[12]),
+    )
 
 
 # -- workers (heartbeats in Django's own database) ---------------------------------------------------

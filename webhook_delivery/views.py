@@ -1,37 +1,97 @@
-"""Thin views: the staff dashboard, the probes and the web metrics. Every read is in selectors.py."""
+"""Thin views: the staff dashboard, the hook and request pages, the probes and the web metrics. Every read
+is in selectors.py (Phorge's tables, the heartbeats) or history.py (the attempt log)."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from . import selectors
+from . import history, selectors
 from .web_metrics import REGISTRY
 
 logger = logging.getLogger(__name__)
 REFRESH_SEC = 30
 
 
+def _context(request: HttpRequest) -> dict[str, Any]:
+    return {**admin.site.each_context(request), "is_nav_sidebar_enabled": False}
+
+
+def _unavailable(request: HttpRequest, page: str, exc: DatabaseError) -> HttpResponse:
+    logger.warning(f"{page}: Phorge's herald database unavailable", extra={"error": type(exc).__name__})
+    return render(request, "webhook_delivery/unavailable.html", _context(request), status=503)
+
+
 @staff_member_required
 @never_cache
 def dashboard(request: HttpRequest) -> HttpResponse:
-    context = {**admin.site.each_context(request), "is_nav_sidebar_enabled": False}
     try:
         board = selectors.dashboard(settings.GORGE_WEBHOOK)
     except DatabaseError as exc:
-        logger.warning("dashboard: Phorge's herald database unavailable", extra={"error": type(exc).__name__})
-        return render(request, "webhook_delivery/unavailable.html", context, status=503)
-    context.update(board=board, health=board.health, refresh_sec=REFRESH_SEC)
+        return _unavailable(request, "dashboard", exc)
+    context = {**_context(request), "board": board, "health": board.health, "refresh_sec": REFRESH_SEC}
     return render(request, "webhook_delivery/dashboard.html", context)
+
+
+@staff_member_required
+@never_cache
+@require_safe
+def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
+    """One hook: its queue in Phorge, and what each recent attempt did (from the attempt log)."""
+    config = settings.GORGE_WEBHOOK
+    try:
+        health = selectors.queue_health(config, only=[phid])
+        base = selectors.phorge_base_uri()
+    except DatabaseError as exc:
+        return _unavailable(request, "hook page", exc)
+    past = history.hook_history(phid)
+    if not health.hooks and not past.on_record:
+        raise Http404("no such hook")
+    context = {
+        **_context(request),
+        "phid": phid,
+        "hook": health.hooks[0] if health.hooks else None,
+        "health": health,
+        "history": past,
+        "phorge_uri": base,
+        "retention": config,
+    }
+    return render(request, "webhook_delivery/hook.html", context)
+
+
+@staff_member_required
+@never_cache
+@require_safe
+def request_page(request: HttpRequest, phid: str) -> HttpResponse:
+    """One request: its row as Phorge holds it, and each attempt on record as a timeline."""
+    try:
+        row = selectors.request_detail(phid)
+        base = selectors.phorge_base_uri()
+    except DatabaseError as exc:
+        return _unavailable(request, "request page", exc)
+    attempts = history.request_attempts(phid)
+    if row is None and not attempts:
+        raise Http404("no such request")
+    context = {
+        **_context(request),
+        "phid": phid,
+        "row": row,
+        "attempts": attempts,
+        "hook_phid": row.hook_phid if row else attempts[0].hook_phid,
+        "phorge_uri": base,
+        "retention": settings.GORGE_WEBHOOK,
+    }
+    return render(request, "webhook_delivery/request.html", context)
 
 
 @require_safe

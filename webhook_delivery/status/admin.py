@@ -1,14 +1,16 @@
-"""Worker heartbeats, read-only: the worker writes them and removes its own row on a clean exit."""
+"""Worker heartbeats and the attempt log, read-only: the worker writes both (and removes its own heartbeat
+on a clean exit, and prunes the log)."""
 
 from __future__ import annotations
 
 import json
 
 from django.contrib import admin
+from django.urls import reverse
 from django.utils.html import format_html
 
 from ..admin import ReadOnlyAdmin
-from .models import WorkerHeartbeat
+from .models import DeliveryAttempt, WorkerHeartbeat
 
 
 @admin.register(WorkerHeartbeat)
@@ -20,3 +22,43 @@ class WorkerHeartbeatAdmin(ReadOnlyAdmin):
     @admin.display(description="state")
     def pretty_state(self, obj: WorkerHeartbeat) -> str:
         return format_html("<pre>{}</pre>", json.dumps(obj.state, indent=2, sort_keys=True))
+
+
+@admin.register(DeliveryAttempt)
+class DeliveryAttemptAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "request", "hook_phid", "result", "error", "duration", "http_status", "worker_id"]
+    list_filter = ["result", "error_type"]
+    search_fields = ["request_phid__exact", "hook_phid__exact", "object_phid__exact"]
+    search_help_text = "a request, hook or object PHID"
+    sortable_by = ["started_at"]
+    fields = readonly_fields = (
+        "request",
+        "hook_phid",
+        "object_phid",
+        "started_at",
+        "duration",
+        "status",
+        "result",
+        "error",
+        "http_status",
+        "response_bytes",
+        "redirects",
+        "worker_id",
+        "response_prefix",
+    )
+
+    @admin.display(description="request", ordering="started_at")
+    def request(self, obj: DeliveryAttempt) -> str:
+        return format_html(
+            '<a href="{}"><code>{}</code></a>',
+            reverse("webhook_delivery:request", args=[obj.request_phid]),
+            obj.request_phid,
+        )
+
+    @admin.display(description="error")
+    def error(self, obj: DeliveryAttempt) -> str:
+        return f"{obj.error_type} / {obj.error_code}" if obj.error_type else "-"
+
+    @admin.display(description="duration")
+    def duration(self, obj: DeliveryAttempt) -> str:
+        return f"{round(obj.duration_ms)} ms"

@@ -57,6 +57,20 @@ def ago(epoch: int | None, now: int) -> str:
 register.filter("utc", utc)
 
 
+@register.filter
+def ms(value: int | float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{round(value)} ms" if value < 10_000 else f"{value / 1000:.1f} s"
+
+
+@register.filter
+def percent(share: float | None) -> str:
+    if share is None:
+        return "-"
+    return f"{share * 100:.1f} %" if share < 1 else "100 %"
+
+
 @register.simple_tag
 def error_label(error_type: str, error_code: str) -> str:
     """Phorge's wording for an errorType/errorCode pair (HeraldWebhookRequest display names)."""

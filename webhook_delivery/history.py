@@ -1,0 +1,147 @@
+"""Reads of the attempt log (Django's own database) for the hook and request pages and the JSON health.
+
+Latency percentiles are exact to the millisecond without reading every attempt: the database groups the
+window's attempts by rounded duration, so a hook's answer is at most one row per distinct millisecond
+(a few hundred in practice, at most the delivery timeout in ms), however many attempts the window holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Count, Q
+from django.db.models.functions import Round
+
+from .herald import RequestResult
+from .status.models import BreakerEvent, DeliveryAttempt
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+RECENT_ATTEMPTS = 50
+BREAKER_EVENTS = 20
+TIMELINE = 200
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Nearest-rank percentiles of attempt durations (claim to written outcome), in milliseconds."""
+
+    attempts: int
+    p50: int | None = None
+    p95: int | None = None
+    p99: int | None = None
+
+
+def latency(histogram: Mapping[int, int]) -> Latency:
+    """Percentiles from {duration in ms: attempts}. Pure."""
+    total = sum(histogram.values())
+    if not total:
+        return Latency(0)
+    marks = {}
+    for name, share in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99)):
+        rank, seen = max(1, math.ceil(share * total)), 0
+        for value in sorted(histogram):
+            seen += histogram[value]
+            if seen >= rank:
+                marks[name] = value
+                break
+    return Latency(total, **marks)
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """What the receiver did over one window: HTTP attempts (answered or not), and requests settled
+    without a call (a refused URI, a disabled hook...), which say nothing about the receiver."""
+
+    seconds: int
+    attempts: int
+    succeeded: int
+    without_call: int
+    latency: Latency
+
+    @property
+    def success_rate(self) -> float | None:
+        return None if not self.attempts else self.succeeded / self.attempts
+
+
+@dataclass(frozen=True)
+class OutcomeCount:
+    result: str
+    error_type: str
+    error_code: str
+    count: int
+
+
+@dataclass(frozen=True)
+class HookHistory:
+    hour: WindowStats
+    day: WindowStats
+    outcomes: list[OutcomeCount]  # over the day, most frequent first
+    recent: list[DeliveryAttempt]
+    breaker: list[BreakerEvent]
+    on_record: int  # attempts of this hook the log holds (retention: days, and a count per hook)
+    oldest: datetime | None
+
+    @property
+    def windows(self) -> tuple[WindowStats, WindowStats]:
+        return self.hour, self.day
+
+
+def _window(rows: Sequence[tuple[str, float, int]], seconds: int) -> WindowStats:
+    histogram: dict[int, int] = defaultdict(int)
+    succeeded = without_call = 0
+    for result, duration, count in rows:
+        if result == RequestResult.NONE:
+            without_call += count
+            continue
+        histogram[round(duration)] += count
+        succeeded += count if result == RequestResult.OKAY else 0
+    return WindowStats(seconds, sum(histogram.values()), succeeded, without_call, latency(histogram))
+
+
+def hook_history(hook_phid: str, now: datetime | None = None) -> HookHistory:
+    now = now or datetime.now(UTC)
+    attempts = DeliveryAttempt.objects.filter(hook_phid=hook_phid)
+    day = attempts.filter(started_at__gte=now - DAY)
+    grouped = day.annotate(ms=Round("duration_ms")).values("result", "ms")
+    counted = grouped.annotate(n=Count("id"), in_hour=Count("id", filter=Q(started_at__gte=now - HOUR)))
+    by_duration = [(r["result"], float(r["ms"]), r["n"], r["in_hour"]) for r in counted.order_by()]
+    outcomes = day.values("result", "error_type", "error_code").annotate(n=Count("id")).order_by("-n")
+    span = attempts.order_by("started_at").values_list("started_at", flat=True)[:1]
+    return HookHistory(
+        hour=_window([(r, ms, hour) for r, ms, _n, hour in by_duration if hour], int(HOUR.total_seconds())),
+        day=_window([(r, ms, n) for r, ms, n, _hour in by_duration], int(DAY.total_seconds())),
+        outcomes=[OutcomeCount(o["result"], o["error_type"], o["error_code"], o["n"]) for o in outcomes[:20]],
+        recent=list(attempts.order_by("-started_at", "-id")[:RECENT_ATTEMPTS]),
+        breaker=list(BreakerEvent.objects.filter(hook_phid=hook_phid).order_by("-entered_at")[:BREAKER_EVENTS]),
+        on_record=attempts.count(),
+        oldest=next(iter(span), None),
+    )
+
+
+def request_attempts(request_phid: str) -> list[DeliveryAttempt]:
+    """The request's attempts, oldest first (a timeline)."""
+    return list(DeliveryAttempt.objects.filter(request_phid=request_phid).order_by("started_at", "id")[:TIMELINE])
+
+
+def latency_by_hook(
+    hook_phids: Sequence[str], now: datetime | None = None, window: timedelta = HOUR
+) -> dict[str, Latency]:
+    """Each hook's attempt latency over the window (hooks without attempts: zero attempts, no figures)."""
+    since = (now or datetime.now(UTC)) - window
+    rows = (
+        DeliveryAttempt.objects.filter(hook_phid__in=list(hook_phids), started_at__gte=since)
+        .exclude(result=RequestResult.NONE)
+        .annotate(ms=Round("duration_ms"))
+        .values("hook_phid", "ms")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    histograms: dict[str, dict[int, int]] = {phid: {} for phid in hook_phids}
+    for row in rows:
+        histograms.setdefault(row["hook_phid"], {})[round(float(row["ms"]))] = row["n"]
+    return {phid: latency(histogram) for phid, histogram in histograms.items()}
