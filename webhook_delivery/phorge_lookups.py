@@ -235,7 +235,19 @@ def php_truthy(value: Any) -> bool:
     return bool(value)
 
 
-SETTING_KEYS = ("phabricator.silent", "security.outbound-blacklist", "phabricator.base-uri")
+SETTING_KEYS = ("phabricator.silent", "security.outbound-blacklist", "phabricator.base-uri", "phd.garbage-collection")
+REQUEST_RETENTION_SEC = 7 * 86400  # Phorge's default for herald.webhooks in phd.garbage-collection
+
+
+def request_retention(values: dict[str, Any] | None) -> int | None:
+    """Seconds Phorge keeps webhook requests (from dateCreated); None: forever (a null retention)."""
+    collection = (values or {}).get("phd.garbage-collection")
+    if not isinstance(collection, dict) or "herald.webhooks" not in collection:
+        return REQUEST_RETENTION_SEC
+    retention = collection["herald.webhooks"]
+    if retention is None:
+        return None
+    return int(retention) if isinstance(retention, int) and retention > 0 else REQUEST_RETENTION_SEC
 
 
 class PhorgeSettings:

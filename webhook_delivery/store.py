@@ -2,7 +2,9 @@
 
 It never inserts or deletes, and only UPDATEs herald_webhookrequest rows through a claim: the claim is a
 compare-and-set on `dateModified` (the version), and every result write is guarded by the claimed
-version, so a lost claim writes nothing. All times are the database's clock.
+version, so a lost claim writes nothing. All times are the database's clock. The one other write,
+`requeue` (for `manage.py requeue_webhooks`), is guarded the same way: only a failed row still exactly as
+read.
 
 Without a session pool it uses the calling thread's own connection (the worker's main thread, the
 tests); with one (the delivery threads) it borrows a pooled connection for each statement. Phorge's named
@@ -248,6 +250,44 @@ class Store:
                 return int(cursor.lastrowid) if cursor.rowcount == 1 else None
             row = cursor.fetchone()
             return None if row is None else int(row[0])
+
+    def failed_attempts(
+        self, hook_phid: str, *, since: int, until: int, after: tuple[int, int], limit: int
+    ) -> list[RequestRow]:
+        """A hook's failed requests whose last attempt failed in [since, until], after the (epoch, id) cursor,
+        with their properties: key_ratelimit's `fail` range, in its order."""
+        sql = (
+            f"SELECT {_ROW_COLUMNS}, properties, {self.now_sql} FROM {self.dialect.requests_by_result} "
+            "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch BETWEEN %s AND %s "
+            "AND (lastRequestEpoch > %s OR (lastRequestEpoch = %s AND id > %s)) AND status = 'failed' "
+            "ORDER BY lastRequestEpoch, id LIMIT %s"
+        )
+        epoch, after_id = after
+        return self._rows(sql, (hook_phid, since, until, epoch, epoch, after_id, limit))[0]
+
+    def failed_unattempted(
+        self, hook_phid: str, *, since: int, until: int, after_id: int, limit: int
+    ) -> list[RequestRow]:
+        """A hook's requests failed without an attempt (hook errors, unreadable rows: `none`, epoch 0) whose
+        failure was written (dateModified) in [since, until], above `after_id`, with their properties."""
+        sql = (
+            f"SELECT {_ROW_COLUMNS}, properties, {self.now_sql} FROM {self.dialect.requests_by_result} "
+            "WHERE webhookPHID = %s AND lastRequestResult = 'none' AND lastRequestEpoch = 0 AND id > %s "
+            "AND status = 'failed' AND dateModified BETWEEN %s AND %s ORDER BY id LIMIT %s"
+        )
+        return self._rows(sql, (hook_phid, after_id, since, until, limit))[0]
+
+    def requeue(self, row: RequestRow) -> bool:
+        """Put a failed request back as Phorge queued it (`queued`, `none`, epoch 0, dateModified =
+        dateCreated: due at once), if it is still exactly as read. Properties are left as they are."""
+        sql = (
+            f"UPDATE {REQUESTS} SET status = 'queued', lastRequestResult = 'none', lastRequestEpoch = 0, "
+            "dateModified = dateCreated WHERE id = %s AND status = 'failed' AND lastRequestResult = %s "
+            "AND lastRequestEpoch = %s AND dateModified = %s"
+        )
+        with self._cursor() as cursor:
+            cursor.execute(sql, (row.id, row.last_result, row.last_epoch, row.date_modified))
+            return bool(cursor.rowcount == 1)
 
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
         """Epochs of this hook's failed attempts inside the breaker window, newest first (key_ratelimit)."""

@@ -229,6 +229,14 @@ class QueueWindow:
         self._listing = ""
         self._last_sweep = self._monotonic()
 
+    def rewind(self, hook_phid: str, lowest_id: int) -> None:
+        """Never-attempted rows of the hook may now exist from `lowest_id` on (failed requests put back in
+        the queue): its cursor goes back there, and the next refill reads them."""
+        hook = self._hook(hook_phid)
+        hook.untried_after = min(hook.untried_after, lowest_id - 1)
+        hook.untried_done = False
+        self._untried_pending.add(hook_phid)
+
     def _list_request_hooks(self) -> None:
         if self._listing is None:
             return

@@ -34,6 +34,7 @@ from .phorge_lookups import OutboundBlacklist, PhorgeObjects, PhorgeSettings, Ph
 from .sessions import LockSession, SessionPool, close_quietly
 from .state import PhpDeliveryState, WorkerState
 from .status.heartbeat import Heartbeat
+from .status.notices import RequeueNotices
 from .store import Store
 from .window import QueueWindow
 
@@ -133,6 +134,7 @@ class Worker:
         self.stopping = threading.Event()
         self.counters = Counters()
         self.heartbeat = Heartbeat()
+        self.notices = RequeueNotices()
         self.attempts = AttemptLog(config, self.heartbeat.worker_id) if config.attempt_log else None
         self.runner = JobRunner(
             config,
@@ -183,6 +185,9 @@ class Worker:
             state = self.snapshot()
             self.heartbeat.publish(state)
             self._report_activity(state["counts"])
+            for hook_phid, lowest_id in self.notices.take().items():
+                logger.info("failed requests put back in the queue", extra={"hook": hook_phid, "from_id": lowest_id})
+                self.window.rewind(hook_phid, lowest_id)
 
     def _report_activity(self, counts: dict[str, int]) -> None:
         """One INFO line per period: deliveries, and claims lost to other processes (normal when several

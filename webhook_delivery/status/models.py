@@ -65,3 +65,21 @@ class BreakerEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hook_phid} {self.entered_at:%Y-%m-%d %H:%M:%S}"
+
+
+class RequeueNotice(models.Model):
+    """`requeue_webhooks` put failed requests of a hook back in the queue, the lowest at `lowest_id`.
+
+    Running workers read these to look again below where their queue window has already read, so
+    requeued requests go out within seconds rather than at the window's next full sweep.
+    """
+
+    hook_phid = models.CharField(max_length=64)
+    lowest_id = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.hook_phid} from {self.lowest_id}"

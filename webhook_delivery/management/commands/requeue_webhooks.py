@@ -1,0 +1,116 @@
+"""`manage.py requeue_webhooks`: failed requests back to the queue, a thin command over requeue.Requeue."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from webhook_delivery.herald import utc
+from webhook_delivery.phorge_lookups import PhorgeSettings
+from webhook_delivery.requeue import ErrorFilter, Plan, Requeue, RequeueError, parse_when
+from webhook_delivery.status.notices import announce
+from webhook_delivery.store import Store
+
+logger = logging.getLogger("webhook_delivery.requeue")
+
+CONFIRM_ABOVE = 100
+LISTED = 200
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+class Command(BaseCommand):
+    help = (
+        "Put failed webhook requests back in the queue, selected by hook, by when they failed and by error. "
+        "Try --dry-run first."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--hook", action="append", default=[], metavar="PHID", help="only this hook (repeatable)")
+        parser.add_argument("--since", metavar="WHEN", help="failed at or after: 09:00, 2026-12-01T09:00, 2h (UTC)")
+        parser.add_argument("--until", metavar="WHEN", help="failed at or before (same forms as --since)")
+        parser.add_argument(
+            "--error",
+            action="append",
+            default=[],
+            metavar="KIND",
+            help="only this error (repeatable): timeout, http, http/503, hook/uri ...",
+        )
+        parser.add_argument("--dry-run", action="store_true", help="list what would be requeued; change nothing")
+        parser.add_argument("--yes", action="store_true", help=f"do not ask, even above {CONFIRM_ABOVE} requests")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            errors = [ErrorFilter.parse(value) for value in options["error"]]
+            store = Store()
+            now = store.db_now()
+            since = None if options["since"] is None else parse_when(options["since"], now)
+            until = None if options["until"] is None else parse_when(options["until"], now)
+            requeue = Requeue(store, PhorgeSettings(settings.GORGE_WEBHOOK.namespace).values())
+            plan = requeue.plan(options["hook"], since=since, until=until, errors=errors)
+        except RequeueError as exc:
+            raise CommandError(str(exc)) from None
+        except DatabaseError as exc:
+            raise CommandError(
+                f"Phorge's database cannot be read ({type(exc).__name__}): nothing was changed"
+            ) from None
+        self._list(plan)
+        count = len(plan.selected)
+        if options["dry_run"] or not count:
+            self.stdout.write(f"{'Would requeue' if count else 'Nothing to requeue:'} {self._summary(plan)}")
+            return
+        self.stdout.write(f"Selected {self._summary(plan)}")
+        if count > CONFIRM_ABOVE and not options["yes"]:
+            self._confirm(count)
+        try:
+            applied = requeue.apply(plan)
+        except DatabaseError as exc:
+            raise CommandError(
+                f"Phorge's database failed while requeueing ({type(exc).__name__}): run again to finish "
+                "(requests already requeued are not selected twice)"
+            ) from None
+        logger.warning(
+            "failed requests put back in the queue",
+            extra={"requeued": len(applied.requeued), "changed_meanwhile": applied.changed, "hooks": len(plan.hooks)},
+        )
+        self.stdout.write(f"Requeued {_plural(len(applied.requeued), 'request')}.")
+        if applied.changed:
+            self.stdout.write(f"{applied.changed} changed since they were read and were left as they are.")
+        if applied.requeued and not announce(plan.hooks):
+            self.stdout.write(
+                "Running workers could not be told (Django's database): they find these requests at their next "
+                "sweep, within 10 minutes."
+            )
+
+    def _list(self, plan: Plan) -> None:
+        for candidate in plan.selected[:LISTED]:
+            row = candidate.row
+            error = f"{candidate.error_type}/{candidate.error_code}" if candidate.error_type else "-"
+            self.stdout.write(f"{row.id}\t{row.phid}\t{utc(candidate.failed_at)}\t{error}\t{candidate.hook_name}")
+        if len(plan.selected) > LISTED:
+            self.stdout.write(f"... and {len(plan.selected) - LISTED} more")
+
+    def _summary(self, plan: Plan) -> str:
+        text = f"{_plural(len(plan.selected), 'failed request')} of {_plural(len(plan.hooks), 'hook')}"
+        text += f", failed between {utc(plan.since) or 'the start'} and {utc(plan.until)}."
+        for reason, refused in sorted(plan.refused.items()):
+            text += f"\nLeft failed: {refused} ({reason})."
+        return text
+
+    def _confirm(self, count: int) -> None:
+        question = f"Requeue {count} requests? They will be delivered again at once. [y/N] "
+        if not sys.stdin.isatty():
+            raise CommandError(
+                f"{count} requests match, more than {CONFIRM_ABOVE}: check them with --dry-run, then run again "
+                "with --yes"
+            )
+        self.stdout.write(question, ending="")
+        if input().strip().lower() not in ("y", "yes"):
+            raise CommandError("nothing was changed")

@@ -1,0 +1,197 @@
+"""Failed requests back to the queue, behind `manage.py requeue_webhooks`.
+
+A plan selects failed requests by hook, by when they failed and by error, and sets aside those Phorge
+would not deliver (disabled hook, no HMAC key, unreadable properties) or that its garbage collector is
+about to delete. Applying it changes each row with one guarded UPDATE (store.Store.requeue): a row that
+changed since it was read is left alone. Requests whose hook row is gone are never selected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from .herald import Hook, HookStatus, RequestRow
+from .phorge_lookups import request_retention
+from .phpjson import UndecodableProperties, decode_properties
+from .store import Store
+
+BATCH = 1000
+GC_MARGIN_SEC = 3600  # closer than this to Phorge's collection, a request may vanish before it goes out
+ERROR_TYPES = ("http", "timeout", "hook")
+PHID_RE = re.compile(r"PHID-[A-Z0-9]{4}-[A-Za-z0-9]{1,54}")
+
+DISABLED = "hook disabled (Phorge would not deliver it)"
+NO_KEY = "hook has no HMAC key (it would stay queued)"
+TOO_OLD = "too close to Phorge's garbage collection (7 days after creation by default)"
+UNREADABLE = "properties unreadable (it would fail again)"
+
+
+class RequeueError(ValueError):
+    """Bad input or a selection that must not run; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class ErrorFilter:
+    error_type: str
+    error_code: str | None = None
+
+    @classmethod
+    def parse(cls, value: str) -> ErrorFilter:
+        kind, _, code = value.strip().partition("/")
+        if kind not in ERROR_TYPES:
+            raise RequeueError(f"--error {value!r}: expected timeout, http, http/<code> or hook/<code>")
+        if code and not re.fullmatch(r"[a-z0-9-]{1,32}", code):
+            raise RequeueError(f"--error {value!r}: the code is a number (http/503) or a word (hook/uri)")
+        return cls(kind, code or None)
+
+    def matches(self, error_type: str, error_code: str) -> bool:
+        return error_type == self.error_type and (self.error_code is None or error_code == self.error_code)
+
+    def __str__(self) -> str:
+        return self.error_type if self.error_code is None else f"{self.error_type}/{self.error_code}"
+
+
+_RELATIVE = re.compile(r"(\d+)\s*([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_when(value: str, now: int) -> int:
+    """A moment as unix seconds: `09:00` (today, UTC), `2026-12-01`, `2026-12-01T09:00` (UTC unless an offset
+    is given), or an age such as `90m`, `2h`, `3d`."""
+    text = value.strip()
+    relative = _RELATIVE.fullmatch(text)
+    if relative:
+        return now - int(relative.group(1)) * _UNITS[relative.group(2)]
+    today = datetime.fromtimestamp(now, UTC)
+    try:
+        if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", text):
+            clock = datetime.strptime(text if text.count(":") == 2 else f"{text}:00", "%H:%M:%S")
+            moment = today.replace(hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
+        else:
+            moment = datetime.fromisoformat(text)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+    except ValueError:
+        raise RequeueError(
+            f"{value!r} is not a time: use 09:00 (today, UTC), 2026-12-01T09:00 (UTC unless an offset is "
+            "given) or an age such as 90m, 2h, 3d"
+        ) from None
+    return int(moment.timestamp())
+
+
+@dataclass(frozen=True)
+class Candidate:
+    row: RequestRow
+    hook_name: str
+    failed_at: int  # the failed attempt (lastRequestEpoch), or the written failure (dateModified) without one
+    error_type: str
+    error_code: str
+
+
+@dataclass
+class Plan:
+    now: int
+    since: int
+    until: int
+    selected: list[Candidate] = field(default_factory=list)
+    refused: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def hooks(self) -> dict[str, int]:
+        """{hook PHID: lowest selected request id}."""
+        lowest: dict[str, int] = {}
+        for candidate in self.selected:
+            phid = candidate.row.webhook_phid
+            lowest[phid] = min(lowest.get(phid, candidate.row.id), candidate.row.id)
+        return lowest
+
+
+@dataclass(frozen=True)
+class Applied:
+    requeued: list[Candidate]
+    changed: int  # selected, but changed since they were read: left alone
+
+
+class Requeue:
+    def __init__(self, store: Store, phorge_settings: dict[str, object] | None) -> None:
+        self.store = store
+        self.retention = request_retention(phorge_settings)
+
+    def plan(
+        self,
+        hook_phids: Sequence[str],
+        *,
+        since: int | None = None,
+        until: int | None = None,
+        errors: Sequence[ErrorFilter] = (),
+    ) -> Plan:
+        now = self.store.db_now()
+        plan = Plan(now=now, since=since if since is not None else 0, until=until if until is not None else now)
+        if plan.since > plan.until:
+            raise RequeueError("--since is after --until: nothing can match")
+        hooks = self._hooks(hook_phids)
+        oldest = None if self.retention is None else now - self.retention + GC_MARGIN_SEC
+        for hook in hooks:
+            refusal = DISABLED if hook.status == HookStatus.DISABLED else NO_KEY if not hook.hmac_key else None
+            for row in self._failed(hook.phid, plan.since, plan.until):
+                try:
+                    properties = decode_properties(row.properties or "")
+                except UndecodableProperties:
+                    properties = None
+                error_type = str((properties or {}).get("errorType", ""))
+                error_code = str((properties or {}).get("errorCode", ""))
+                if errors and not any(wanted.matches(error_type, error_code) for wanted in errors):
+                    continue
+                if refusal is not None:
+                    plan.refused[refusal] += 1
+                elif properties is None:
+                    plan.refused[UNREADABLE] += 1
+                elif oldest is not None and row.date_created < oldest:
+                    plan.refused[TOO_OLD] += 1
+                else:
+                    failed_at = row.last_epoch or row.date_modified
+                    plan.selected.append(Candidate(row, hook.name, failed_at, error_type, error_code))
+        plan.selected.sort(key=lambda candidate: (candidate.failed_at, candidate.row.id))
+        return plan
+
+    def _hooks(self, hook_phids: Sequence[str]) -> list[Hook]:
+        every = self.store.hooks()
+        if not hook_phids:
+            return sorted(every.values(), key=lambda hook: hook.phid)
+        chosen = []
+        for phid in dict.fromkeys(hook_phids):
+            if not PHID_RE.fullmatch(phid):
+                raise RequeueError(f"--hook {phid!r} is not a PHID (PHID-HWBH-...)")
+            hook = every.get(phid)
+            if hook is None:
+                raise RequeueError(f"no hook {phid} in Phorge: its requests cannot be delivered")
+            if hook.status == HookStatus.DISABLED:
+                raise RequeueError(f"hook {phid} ({hook.name}) is disabled: enable it in Phorge first")
+            if not hook.hmac_key:
+                raise RequeueError(f"hook {phid} ({hook.name}) has no HMAC key: its requests would stay queued")
+            chosen.append(hook)
+        return chosen
+
+    def _failed(self, hook_phid: str, since: int, until: int) -> Iterator[RequestRow]:
+        after: tuple[int, int] = (since, 0)
+        while True:
+            rows = self.store.failed_attempts(hook_phid, since=since, until=until, after=after, limit=BATCH)
+            yield from rows
+            if len(rows) < BATCH:
+                break
+            after = (rows[-1].last_epoch, rows[-1].id)
+        after_id = 0
+        while True:
+            rows = self.store.failed_unattempted(hook_phid, since=since, until=until, after_id=after_id, limit=BATCH)
+            yield from rows
+            if len(rows) < BATCH:
+                break
+            after_id = rows[-1].id
+
+    def apply(self, plan: Plan) -> Applied:
+        requeued = [candidate for candidate in plan.selected if self.store.requeue(candidate.row)]
+        return Applied(requeued, len(plan.selected) - len(requeued))
