@@ -60,6 +60,10 @@ ROWS = [
     Row("   ... of which system (kernel) time", "one_sys_pct", "%"),
     Row("   ... MariaDB CPU per delivery", "one_db_cpu_ms", "ms", digits=2),
     Row("   ... receiver CPU per delivery", "one_rx_cpu_ms", "ms", digits=3),
+    Row("   ... attempts recorded in the attempt log", "one_logged_pct", "%", "100%", lambda v: v >= 100),
+    Row("   the same with the attempt log off (N / wall)", "nolog_rate", "/s"),
+    Row("   ... its worker CPU per delivery", "nolog_cpu_ms", "ms", digits=2),
+    Row("   ... log on as % of log off (same run)", "log_pct", "%", ">= 90%", lambda v: v >= 90),
     Row("3. one hook, one call in flight (N / wall)", "single_rate", "/s", ">= 300/s", lambda v: v >= 300),
     Row("   ... first to last delivery at the receiver", "single_span_rate", "/s"),
     Row("   ... worker CPU per delivery", "single_cpu_ms", "ms", digits=2),
@@ -209,6 +213,9 @@ def repetition(ctx: Context, figures: dict[str, float]) -> None:
     log(f"run {ctx.repetition}: 2. one process, 16 hooks, N={n}")
     figures.update(scenarios.drain(ctx, "one", hooks=16, count=n))
     figures["one_pct"] = 100 * figures["one_rate"] / figures["bare_rate"]
+    log(f"run {ctx.repetition}: 2b. the same with the attempt log off")
+    figures.update(scenarios.drain(ctx, "nolog", hooks=16, count=n, env={"GORGE_WEBHOOK_ATTEMPT_LOG": "false"}))
+    figures["log_pct"] = 100 * figures["one_rate"] / figures["nolog_rate"]
     log(f"run {ctx.repetition}: 3. one hook, N={ctx.sizes.single_hook}")
     figures.update(scenarios.drain(ctx, "single", hooks=1, count=ctx.sizes.single_hook))
     log(f"run {ctx.repetition}: 4. two processes, 16 hooks, N={n}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -242,6 +243,7 @@ def drain(
     count: int,
     processes: int = 1,
     max_concurrent: int = 16,
+    env: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """`count` queued rows over `hooks` hooks, drained by `processes` x `deliver_webhooks --once`."""
     db = ctx.db
@@ -249,9 +251,11 @@ def drain(
     tag = ctx.tag(name)
     hook_rows = [db.add_hook(ctx.receiver.url(f"{tag}h{i}")) for i in range(hooks)]
     seeded = db.seed(hook_rows, count)
+    logged_before = attempts_logged(ctx)
     meter = CpuMeter(ctx)
     workers = [
-        ctx.worker(db.name, f"{name}-{i}", "--once", "--max-concurrent", str(max_concurrent)) for i in range(processes)
+        ctx.worker(db.name, f"{name}-{i}", "--once", "--max-concurrent", str(max_concurrent), **(env or {}))
+        for i in range(processes)
     ]
     for worker in workers:
         worker.start()
@@ -271,7 +275,14 @@ def drain(
         f"{name}_db_cpu_ms": db_ms,
         f"{name}_rx_cpu_ms": rx_ms,
         f"{name}_rss_mb": max(e.max_rss_mb for e in exits),
+        f"{name}_logged_pct": 100 * (attempts_logged(ctx) - logged_before) / count,
     }
+
+
+def attempts_logged(ctx: Context) -> int:
+    """Rows in the workers' attempt log (Django's database of the bench: a SQLite file)."""
+    with sqlite3.connect(ctx.workdir / "site.sqlite3") as connection:
+        return int(connection.execute("SELECT COUNT(*) FROM delivery_status_deliveryattempt").fetchone()[0])
 
 
 # -- 5. latency --------------------------------------------------------------------------------------------

@@ -129,3 +129,10 @@ def test_retention_keeps_the_days_and_the_count_per_hook(phorge: Phorge, deliver
     assert DeliveryAttempt.objects.filter(hook_phid="PHID-HWBH-old").count() == 1
     kept = DeliveryAttempt.objects.filter(hook_phid="PHID-HWBH-busy").order_by("-started_at")
     assert kept.count() == 10 and kept.last().started_at == now - timedelta(seconds=9)  # type: ignore[union-attr]
+
+
+def test_the_writer_names_every_column_of_the_model() -> None:
+    from webhook_delivery.attempts import COLUMNS
+
+    model = {field.column for field in DeliveryAttempt._meta.concrete_fields if not field.primary_key}
+    assert set(COLUMNS) == model and len(COLUMNS) == len(model)

@@ -6,6 +6,7 @@ A test holds each rule's two forms equal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -58,6 +59,27 @@ class RequestRow:
     date_created: int
     date_modified: int
     properties: str | None = None
+
+    @classmethod
+    def from_columns(cls, columns: Sequence[Any]) -> RequestRow:
+        """A row selected as REQUEST_COLUMNS followed by `properties` (or NULL)."""
+        return cls(
+            id=int(columns[0]),
+            phid=text(columns[1]),
+            webhook_phid=text(columns[2]),
+            object_phid=text(columns[3]),
+            status=text(columns[4]),
+            last_result=text(columns[5]),
+            last_epoch=int(columns[6]),
+            date_created=int(columns[7]),
+            date_modified=int(columns[8]),
+            properties=None if columns[9] is None else text(columns[9]),
+        )
+
+
+REQUEST_COLUMNS = (
+    "id, phid, webhookPHID, objectPHID, status, lastRequestResult, lastRequestEpoch, dateCreated, dateModified"
+)
 
 
 @dataclass(frozen=True)

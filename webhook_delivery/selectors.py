@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 
 from .config import PHORGE_ALIAS, DeliveryConfig
-from .herald import HOOKS, REQUESTS, Dialect, text
+from .herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRow, text
 from .payload import phid_get_type
 from .phorge_lookups import PhorgeSettings, PhpWorkerGuard
 from .phpjson import UndecodableProperties, decode_properties
@@ -527,15 +527,7 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
 
 @dataclass(frozen=True)
 class RequestDetail:
-    id: int
-    phid: str
-    hook_phid: str
-    object_phid: str
-    status: str
-    last_result: str
-    last_attempt: int
-    created: int
-    modified: int
+    row: RequestRow
     properties: dict[str, Any] | None  # None: not JSON PHP would accept (the worker leaves such a row alone)
     hook_name: str | None  # None: the hook is gone
     hook_id: int | None
@@ -543,7 +535,7 @@ class RequestDetail:
 
     @property
     def object_type(self) -> str:
-        return phid_get_type(self.object_phid)
+        return phid_get_type(self.row.object_phid)
 
     @property
     def error_type(self) -> str:
@@ -556,33 +548,26 @@ class RequestDetail:
 
 def request_detail(phid: str) -> RequestDetail | None:
     """One request and its hook's name and status (never the hook's URI or key)."""
+    columns = ", ".join(f"r.{column.strip()}" for column in REQUEST_COLUMNS.split(","))
     rows = _fetch(
-        "SELECT r.id, r.phid, r.webhookPHID, r.objectPHID, r.status, r.lastRequestResult, r.lastRequestEpoch, "
-        f"r.dateCreated, r.dateModified, r.properties, h.name, h.id, h.status FROM {REQUESTS} r "
+        f"SELECT {columns}, r.properties, h.name, h.id, h.status FROM {REQUESTS} r "
         f"LEFT JOIN {HOOKS} h ON h.phid = r.webhookPHID WHERE r.phid = %(phid)s",
         {"phid": phid},
     )
     if not rows:
         return None
-    row = rows[0]
+    row = RequestRow.from_columns(rows[0])
     try:
-        properties: dict[str, Any] | None = decode_properties(text(row[9]))
+        properties: dict[str, Any] | None = decode_properties(row.properties or "")
     except UndecodableProperties:
         properties = None
+    name, hook_id, hook_status = rows[0][10:13]
     return RequestDetail(
-        id=_int(row[0]),
-        phid=text(row[1]),
-        hook_phid=text(row[2]),
-        object_phid=text(row[3]),
-        status=text(row[4]),
-        last_result=text(row[5]),
-        last_attempt=_int(row[6]),
-        created=_int(row[7]),
-        modified=_int(row[8]),
+        row=row,
         properties=properties,
-        hook_name=None if row[10] is None else text(row[10]),
-        hook_id=None if row[11] is None else _int(row[11]),
-        hook_status=None if row[12] is None else text(row[12]),
+        hook_name=None if name is None else text(name),
+        hook_id=None if hook_id is None else _int(hook_id),
+        hook_status=None if hook_status is None else text(hook_status),
     )
 
 

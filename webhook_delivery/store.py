@@ -21,12 +21,8 @@ from typing import Any
 from django.db import connections
 
 from .config import PHORGE_ALIAS
-from .herald import HOOKS, REQUESTS, Dialect, Hook, RequestRow, text
+from .herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, Hook, RequestRow, text
 from .sessions import SessionPool
-
-_ROW_COLUMNS = (
-    "id, phid, webhookPHID, objectPHID, status, lastRequestResult, lastRequestEpoch, dateCreated, dateModified"
-)
 
 
 class Store:
@@ -37,9 +33,9 @@ class Store:
         self.is_mysql = self.dialect.is_mysql
         self.now_sql = now = self.dialect.now_sql
         # Built once: these run for every delivery.
-        self._scan_sql = f"SELECT {_ROW_COLUMNS}, NULL, {now} FROM {REQUESTS} WHERE id > %s ORDER BY id LIMIT %s"
+        self._scan_sql = f"SELECT {REQUEST_COLUMNS}, NULL, {now} FROM {REQUESTS} WHERE id > %s ORDER BY id LIMIT %s"
         with_properties = "CASE WHEN status = 'queued' THEN properties END"
-        self._fetch_sql = f"SELECT {_ROW_COLUMNS}, {with_properties}, {now} FROM {REQUESTS} WHERE id IN "
+        self._fetch_sql = f"SELECT {REQUEST_COLUMNS}, {with_properties}, {now} FROM {REQUESTS} WHERE id IN "
         version = self.dialect.greatest("dateModified + 1", now)
         claim_where = f"WHERE id = %s AND dateModified = %s AND {self.dialect.due_sql(positional=True)}"
         if self.is_mysql:
@@ -85,21 +81,7 @@ class Store:
         with self._cursor() as cursor:
             cursor.execute(sql, params)
             fetched = cursor.fetchall()
-        rows = [
-            RequestRow(
-                id=int(r[0]),
-                phid=text(r[1]),
-                webhook_phid=text(r[2]),
-                object_phid=text(r[3]),
-                status=text(r[4]),
-                last_result=text(r[5]),
-                last_epoch=int(r[6]),
-                date_created=int(r[7]),
-                date_modified=int(r[8]),
-                properties=None if r[9] is None else text(r[9]),
-            )
-            for r in fetched
-        ]
+        rows = [RequestRow.from_columns(r) for r in fetched]
         return rows, (int(fetched[0][-1]) if fetched else None)
 
     def db_now(self) -> int:
@@ -130,7 +112,7 @@ class Store:
             return [], None
         where = " OR ".join(["id BETWEEN %s AND %s"] * len(ranges))
         return self._rows(
-            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {REQUESTS} WHERE {where} ORDER BY id LIMIT %s",
+            f"SELECT {REQUEST_COLUMNS}, NULL, {self.now_sql} FROM {REQUESTS} WHERE {where} ORDER BY id LIMIT %s",
             [bound for pair in ranges for bound in pair] + [limit],
         )
 
@@ -148,7 +130,7 @@ class Store:
         if not cursors:
             return [], None
         branch = (
-            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.dialect.requests_by_result} "
+            f"SELECT {REQUEST_COLUMNS}, NULL, {self.now_sql} FROM {self.dialect.requests_by_result} "
             "WHERE webhookPHID = %s AND lastRequestResult = 'none' AND lastRequestEpoch = 0 AND id > %s "
             "AND status = 'queued' ORDER BY id LIMIT %s"
         )
@@ -164,7 +146,7 @@ class Store:
         if not cursors:
             return [], None
         branch = (
-            f"SELECT {_ROW_COLUMNS}, NULL, {self.now_sql} FROM {self.dialect.requests_by_result} "
+            f"SELECT {REQUEST_COLUMNS}, NULL, {self.now_sql} FROM {self.dialect.requests_by_result} "
             "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch <= %s "
             "AND (lastRequestEpoch > %s OR (lastRequestEpoch = %s AND id > %s)) AND status = 'queued' "
             "ORDER BY lastRequestEpoch, id LIMIT %s"
@@ -257,7 +239,7 @@ class Store:
         """A hook's failed requests whose last attempt failed in [since, until], after the (epoch, id) cursor,
         with their properties: key_ratelimit's `fail` range, in its order."""
         sql = (
-            f"SELECT {_ROW_COLUMNS}, properties, {self.now_sql} FROM {self.dialect.requests_by_result} "
+            f"SELECT {REQUEST_COLUMNS}, properties, {self.now_sql} FROM {self.dialect.requests_by_result} "
             "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch BETWEEN %s AND %s "
             "AND (lastRequestEpoch > %s OR (lastRequestEpoch = %s AND id > %s)) AND status = 'failed' "
             "ORDER BY lastRequestEpoch, id LIMIT %s"
@@ -271,7 +253,7 @@ class Store:
         """A hook's requests failed without an attempt (hook errors, unreadable rows: `none`, epoch 0) whose
         failure was written (dateModified) in [since, until], above `after_id`, with their properties."""
         sql = (
-            f"SELECT {_ROW_COLUMNS}, properties, {self.now_sql} FROM {self.dialect.requests_by_result} "
+            f"SELECT {REQUEST_COLUMNS}, properties, {self.now_sql} FROM {self.dialect.requests_by_result} "
             "WHERE webhookPHID = %s AND lastRequestResult = 'none' AND lastRequestEpoch = 0 AND id > %s "
             "AND status = 'failed' AND dateModified BETWEEN %s AND %s ORDER BY id LIMIT %s"
         )

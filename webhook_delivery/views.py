@@ -85,9 +85,9 @@ def request_page(request: HttpRequest, phid: str) -> HttpResponse:
     context = {
         **_context(request),
         "phid": phid,
-        "row": row,
+        "detail": row,
         "attempts": attempts,
-        "hook_phid": row.hook_phid if row else attempts[0].hook_phid,
+        "hook_phid": row.row.webhook_phid if row else attempts[0].hook_phid,
         "phorge_uri": base,
         "retention": settings.GORGE_WEBHOOK,
     }
