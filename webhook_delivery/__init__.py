@@ -12,14 +12,19 @@ Worker side (`manage.py deliver_webhooks`):
   transport.py, netguard.py   one HTTP attempt with Phorge's SSRF rules, pinned addresses, one deadline
   payload.py, phpjson.py, outcomes.py, locks.py   pure: Phorge's bytes, values and lock names
   phorge_lookups.py   read-only views into Phorge's other databases (objects, settings, PHP worker)
+  attempts.py    the attempt log: every attempt, written to Django's database off the delivery path
   metrics.py     the worker's Prometheus metrics
 
+Recovery (`manage.py requeue_webhooks`):
+  requeue.py     failed requests back to the queue, through store.py; running workers told by status/notices.py
+
 Web side (gunicorn: dashboard, admin, JSON diagnostics, probes):
-  selectors.py   every read the pages do; views.py, api.py, admin.py, web_metrics.py, templatetags/
+  selectors.py   every read of Phorge's tables and the heartbeats the pages do; history.py the attempt log's
+  views.py, api.py, admin.py, web_metrics.py, templatetags/
 
 Shared:
   herald.py      Phorge's data as values: rows, value domains, the due and breaker rules in Python and SQL
   state.py       typed contracts between processes (heartbeat, PHP guard)
-  config.py, checks.py, logformat.py, models.py, grants.py, sql/ (Phorge's DDL), status/ (heartbeats),
-  demo/ (`manage.py demo`), management/commands/
+  config.py, checks.py, logformat.py, models.py, grants.py, sql/ (Phorge's DDL), demo/ (`manage.py demo`),
+  status/ (Django's own tables: heartbeats, attempt log, requeue notices), management/commands/
 """

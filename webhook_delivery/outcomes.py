@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .herald import RequestResult, RequestStatus
@@ -21,10 +21,11 @@ class HttpOutcome:
 
     error_type: str
     error_code: int
-    status: int | None = None  # the final HTTP status, when an answer came
-    response_bytes: int | None = None
-    redirects: int = 0
-    body_prefix: bytes = b""  # the answer's first bytes, only when the attempt log asks for them
+    # What the attempt saw besides, for the attempt log only: outcomes compare by what PHP would store.
+    status: int | None = field(default=None, compare=False)  # the final HTTP status, when an answer came
+    response_bytes: int | None = field(default=None, compare=False)
+    redirects: int = field(default=0, compare=False)
+    body_prefix: bytes = field(default=b"", compare=False)  # the answer's first bytes, only when asked for
 
     @property
     def ok(self) -> bool:
