@@ -274,6 +274,44 @@ def ensure_history(name: str, rows: int, *, log: Any) -> History:
     return History(db, hooks[1:], broken, 1, base_max_id, built_now, time.monotonic() - started)
 
 
+def _insert_generated(
+    db: HeraldDB,
+    rows: int,
+    hooks: list[Hook],
+    *,
+    first_id: int,
+    tag: str,
+    status: str,
+    properties_tail: str,
+    created: str,
+    result: str,
+    log: Any = None,
+) -> None:
+    """`rows` requests generated in SQL, round-robin over `hooks`, in chunks. `created` is each row's
+    dateCreated as SQL of `seq`; `result` its lastRequestResult, lastRequestEpoch, dateCreated, dateModified
+    as SQL of `created`. Explicit ids from `first_id`: InnoDB reserves auto-increment ranges for
+    INSERT ... SELECT and would leave gaps between chunks."""
+    choose_hook = "ELT(1 + seq % {n}, {phids})".format(n=len(hooks), phids=", ".join(f"'{h.phid}'" for h in hooks))
+    xaction = "CONCAT('PHID-XACT-TASK-', LPAD(seq * 10 + {i}, 15, '0'))"
+    xactions = ", '\",\"', ".join(xaction.format(i=i) for i in range(TRANSACTIONS_PER_ROW))
+    chunk = 100_000
+    for low in range(1, rows + 1, chunk):
+        high = min(rows, low + chunk - 1)
+        db.execute(
+            f"""INSERT INTO herald_webhookrequest (id, phid, webhookPHID, objectPHID, status, properties,
+                lastRequestResult, lastRequestEpoch, dateCreated, dateModified)
+            SELECT seq + {first_id - 1}, CONCAT('PHID-HWBR-{tag}', LPAD(seq, 19, '0')), hook,
+                CONCAT('PHID-TASK-{tag}', LPAD(seq, 19, '0')), '{status}',
+                CONCAT('{{"retry":"forever","transactionPHIDs":["', {xactions}, '"],"triggerPHIDs":["', hook,
+                       '"],"silent":false,"secure":false{properties_tail}}}'),
+                {result}
+            FROM (SELECT seq, {choose_hook} AS hook, {created} AS created FROM seq_{low}_to_{high}) AS generated
+            ORDER BY seq"""
+        )
+        if log is not None:
+            log(f"  {high:,} / {rows:,} rows")
+
+
 def _build_history(db: HeraldDB, rows: int, *, log: Any) -> None:
     db.create()
     broken = db.add_hook("http://127.0.0.1:9/fail/", name="broken")
@@ -281,28 +319,19 @@ def _build_history(db: HeraldDB, rows: int, *, log: Any) -> None:
     now = db.now()
     if db.add_stuck_request(broken, created=now - WEEK) != 1:
         raise BenchError(f"{db.name}: the stuck request must be the first row")
-    choose_hook = "ELT(1 + seq % {n}, {phids})".format(
-        n=HISTORY_HOOKS, phids=", ".join(f"'{hook.phid}'" for hook in hooks)
+    # A week of history, oldest first, each row as Phorge leaves it after a successful attempt.
+    _insert_generated(
+        db,
+        rows,
+        hooks,
+        first_id=2,
+        tag="h",
+        status="sent",
+        properties_tail=',"errorType":"http","errorCode":200',
+        created=f"{now - WEEK} + (seq * {WEEK - 60}) DIV {rows}",
+        result="'okay', created + 1, created, created + 1",
+        log=log,
     )
-    xaction = "CONCAT('PHID-XACT-TASK-', LPAD(seq * 10 + {i}, 15, '0'))"
-    xactions = ", '\",\"', ".join(xaction.format(i=i) for i in range(TRANSACTIONS_PER_ROW))
-    # A week of history, oldest first, each row as Phorge leaves it after a successful attempt. Explicit ids:
-    # InnoDB reserves auto-increment ranges for INSERT ... SELECT and would leave gaps between chunks.
-    chunk = 100_000
-    for low in range(1, rows + 1, chunk):
-        high = min(rows, low + chunk - 1)
-        db.execute(
-            f"""INSERT INTO herald_webhookrequest (id, phid, webhookPHID, objectPHID, status, properties,
-                lastRequestResult, lastRequestEpoch, dateCreated, dateModified)
-            SELECT seq + 1, CONCAT('PHID-HWBR-h', LPAD(seq, 19, '0')), hook, CONCAT('PHID-TASK-h', LPAD(seq, 19, '0')),
-                'sent',
-                CONCAT('{{"retry":"forever","transactionPHIDs":["', {xactions}, '"],"triggerPHIDs":["', hook,
-                       '"],"silent":false,"secure":false,"errorType":"http","errorCode":200}}'),
-                'okay', created + 1, created, created + 1
-            FROM (SELECT seq, {choose_hook} AS hook, {now - WEEK} + (seq * {WEEK - 60}) DIV {rows} AS created
-                  FROM seq_{low}_to_{high}) AS history ORDER BY seq"""
-        )
-        log(f"  {high:,} / {rows:,} rows")
     db.execute("ANALYZE TABLE herald_webhookrequest")
 
 
@@ -342,24 +371,17 @@ def ensure_backlog(name: str, rows: int, *, log: Any) -> Backlog:
         db.create()
         hooks = [db.add_hook(f"http://127.0.0.1:9/b{i}", name=f"backlog {i}") for i in range(BACKLOG_HOOKS)]
         created = db.now() - 3600
-        choose_hook = "ELT(1 + seq % {n}, {phids})".format(
-            n=BACKLOG_HOOKS, phids=", ".join(f"'{hook.phid}'" for hook in hooks)
+        _insert_generated(
+            db,
+            rows,
+            hooks,
+            first_id=1,
+            tag="q",
+            status="queued",
+            properties_tail="",
+            created=str(created),
+            result="'none', 0, created, created",
         )
-        xaction = "CONCAT('PHID-XACT-TASK-', LPAD(seq * 10 + {i}, 15, '0'))"
-        xactions = ", '\",\"', ".join(xaction.format(i=i) for i in range(TRANSACTIONS_PER_ROW))
-        chunk = 100_000
-        for low in range(1, rows + 1, chunk):
-            high = min(rows, low + chunk - 1)
-            db.execute(
-                f"""INSERT INTO herald_webhookrequest (id, phid, webhookPHID, objectPHID, status, properties,
-                    lastRequestResult, lastRequestEpoch, dateCreated, dateModified)
-                SELECT seq, CONCAT('PHID-HWBR-q', LPAD(seq, 19, '0')), hook,
-                    CONCAT('PHID-TASK-q', LPAD(seq, 19, '0')), 'queued',
-                    CONCAT('{{"retry":"forever","transactionPHIDs":["', {xactions}, '"],"triggerPHIDs":["', hook,
-                           '"],"silent":false,"secure":false}}'),
-                    'none', 0, {created}, {created}
-                FROM (SELECT seq, {choose_hook} AS hook FROM seq_{low}_to_{high}) AS backlog ORDER BY seq"""
-            )
         db.execute("ANALYZE TABLE herald_webhookrequest")
         built_now = True
     return Backlog(db, db.hooks(), built_now, time.monotonic() - started)

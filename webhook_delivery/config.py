@@ -111,6 +111,16 @@ class _Reader:
         value = self.env.get(name)
         return None if value is None else value.strip()
 
+    def boolean(self, name: str, default: bool | None) -> bool | None:
+        raw = self.raw(name)
+        if not raw:
+            return default
+        try:
+            return parse_bool(raw)
+        except ValueError as exc:
+            self.errors.append(ConfigError(name, f"{exc}, got {raw!r}"))
+            return default
+
     def integer(self, name: str, default: int, *, minimum: int, maximum: int) -> int:
         raw = self.raw(name)
         if raw is None or raw == "":
@@ -189,21 +199,8 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         except ValueError as exc:
             r.errors.append(ConfigError("GORGE_WEBHOOK_OUTBOUND_BLACKLIST", str(exc)))
 
-    silent: bool | None = None
-    raw_silent = r.raw("GORGE_WEBHOOK_SILENT")
-    if raw_silent:
-        try:
-            silent = parse_bool(raw_silent)
-        except ValueError as exc:
-            r.errors.append(ConfigError("GORGE_WEBHOOK_SILENT", f"{exc}, got {raw_silent!r}"))
-
-    attempt_log = True
-    raw_log = r.raw("GORGE_WEBHOOK_ATTEMPT_LOG")
-    if raw_log:
-        try:
-            attempt_log = parse_bool(raw_log)
-        except ValueError as exc:
-            r.errors.append(ConfigError("GORGE_WEBHOOK_ATTEMPT_LOG", f"{exc}, got {raw_log!r}"))
+    silent = r.boolean("GORGE_WEBHOOK_SILENT", None)
+    attempt_log = bool(r.boolean("GORGE_WEBHOOK_ATTEMPT_LOG", True))
     log_days = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_DAYS", 7, minimum=1, maximum=366)
     log_per_hook = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_PER_HOOK", 10_000, minimum=10, maximum=10_000_000)
     log_body = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_BODY_BYTES", 0, minimum=0, maximum=65_536)
