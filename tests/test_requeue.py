@@ -146,9 +146,14 @@ def test_requests_phorge_would_not_deliver_are_refused(phorge: Phorge) -> None:
         ("--since", "last tuesday"): "is not a time",
         ("--since", "1h", "--until", "2h"): "--since is after --until",
     }
+    said = [out]
     for args, message in mistakes.items():
-        with pytest.raises(CommandError, match=message):
+        with pytest.raises(CommandError, match=message) as error:
             requeue(*args)
+        said.append(str(error.value))
+    keys = [k.decode() if isinstance(k, bytes) else k for (k,) in phorge.execute("SELECT hmacKey FROM herald_webhook")]
+    for text in said:  # hook names and PHIDs only: never a URI or a key
+        assert "127.0.0.1:9" not in text and not any(key and key in text for key in keys)
     assert all(phorge.row(phid) == before[phid] for phid in left)
 
 
