@@ -8,6 +8,7 @@ changed since it was read is left alone. Requests whose hook row is gone are nev
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -154,7 +155,8 @@ class Requeue:
                     plan.refused[TOO_OLD] += 1
                 else:
                     failed_at = row.last_epoch or row.date_modified
-                    plan.selected.append(Candidate(row, hook.name, failed_at, error_type, error_code))
+                    kept = dataclasses.replace(row, properties=None)  # a week of failures stays small in memory
+                    plan.selected.append(Candidate(kept, hook.name, failed_at, error_type, error_code))
         plan.selected.sort(key=lambda candidate: (candidate.failed_at, candidate.row.id))
         return plan
 
