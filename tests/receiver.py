@@ -103,6 +103,17 @@ class _Handler(socketserver.BaseRequestHandler):
             state.requests.append(received)
             state.in_flight[hook] += 1
             state.max_in_flight[hook] = max(state.max_in_flight[hook], state.in_flight[hook])
+        counted = True
+
+        def answered() -> None:
+            # The call ends when its answer leaves: counting until this thread runs again after sendall()
+            # would see the sender's next call overlap whenever this thread waits for the GIL.
+            nonlocal counted
+            if counted:
+                counted = False
+                with state.lock:
+                    state.in_flight[hook] -= 1
+
         try:
             behaviour = received.path.rsplit("/", 1)[-1]
             if behaviour == "timeout":
@@ -127,12 +138,13 @@ class _Handler(socketserver.BaseRequestHandler):
             reason = {200: "OK", 204: "No Content", 307: "Temporary Redirect", 302: "Found"}.get(status, "X")
             body = b"" if status == 204 else b"ok"
             length = "" if status == 204 else f"Content-Length: {len(body)}\r\n"
-            sock.sendall(f"HTTP/1.1 {status} {reason}\r\n{extra}{length}\r\n".encode() + body)
+            answer = f"HTTP/1.1 {status} {reason}\r\n{extra}{length}\r\n".encode() + body
+            answered()
+            sock.sendall(answer)
             received.answered_at = time.time()
             return True
         finally:
-            with state.lock:
-                state.in_flight[hook] -= 1
+            answered()
 
 
 def _client_gone(sock: socket.socket) -> bool:

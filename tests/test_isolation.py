@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from django.conf import settings
 
 from bench.common import tcp_ports
@@ -98,16 +99,27 @@ def test_a_hook_that_answers_is_delivered_while_many_receivers_hang(phorge: Phor
 def test_one_call_in_flight_per_hook_across_two_processes_with_locks_on_one_session(
     phorge: Phorge, workers: Callable[..., WorkerProcess]
 ) -> None:
-    with Receiver(slow_seconds=0.15) as receiver:
-        hooks = [phorge.hook(receiver.url(f"/shared{i}/slow")) for i in range(6)]
-        objects = seed(phorge, hooks, 120)
-        running = [workers(f"w{i}", "--poll-interval-ms", "20").start() for i in range(2)]
-        wait_for(lambda: count_status(phorge, "sent") == 120, 90, "every request")
-        for process in running:
-            process.signal(signal.SIGTERM)
-        assert [process.wait(30) for process in running] == [0, 0]
+    """Two processes on the same hooks: the second starts while the first delivers, then the first is told
+    to stop, so every hook passes from one process to the other while both want it. The receiver counts
+    calls in flight per hook."""
+    with Receiver(slow_seconds=0.03) as receiver:
+        hooks = [phorge.hook(receiver.url(f"/shared{i}/slow")) for i in range(4)]
+        objects = seed(phorge, hooks, 256)
+        first = workers("w0", "--poll-interval-ms", "20", LOG_LEVEL="DEBUG").start()
+        wait_for(lambda: count_status(phorge, "sent") >= 40, 30, "the first process delivering")
+        second = workers("w1", "--poll-interval-ms", "20", LOG_LEVEL="DEBUG").start()
+        wait_for(lambda: any(line.get("message") == "deliver_webhooks started" for line in second.lines()), 30, "w1")
+        first.signal(signal.SIGTERM)
+        wait_for(lambda: count_status(phorge, "sent") == 256, 90, "every request")
+        second.signal(signal.SIGTERM)
+        assert [first.wait(30), second.wait(30)] == [0, 0]
         assert Counter(r.object_phid for r in receiver.requests) == Counter(objects)
         assert set(receiver.state.max_in_flight.values()) == {1}
+    delivered_by = [
+        {line["hook"] for line in process.lines() if line.get("message") == "webhook delivered"}
+        for process in (first, second)
+    ]
+    assert delivered_by[0] == delivered_by[1] == set(hooks)  # every hook went from one process to the other
 
 
 @pytest.mark.slow
@@ -165,3 +177,21 @@ def test_killing_the_lock_session_loses_nothing_and_sends_nothing_twice(
     assert set(receiver.state.max_in_flight.values()) == {1}
     lost = [line for line in worker.lines() if line["message"].startswith("lost the database session holding")]
     assert len(lost) == 1
+
+
+def test_the_receiver_counts_overlapping_calls_and_only_those() -> None:
+    """The in-flight count the tests above rely on: two calls at once count 2, calls one after the other 1."""
+
+    def post(url: str) -> None:
+        requests.post(url, data=b"{}", timeout=10).raise_for_status()
+
+    with Receiver(slow_seconds=0.5) as receiver:
+        for _ in range(3):
+            post(receiver.url("/sequential/slow"))
+        together = [threading.Thread(target=post, args=(receiver.url("/together/slow"),)) for _ in range(2)]
+        for thread in together:
+            thread.start()
+        for thread in together:
+            thread.join(10)
+        assert receiver.state.max_in_flight["/sequential"] == 1
+        assert receiver.state.max_in_flight["/together"] == 2
