@@ -28,6 +28,7 @@ def worker_env(workdir: Path, database: str) -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="gorge_site.settings",
         GORGE_WEBHOOK_DATABASE_URL=database_url(database),
         GORGE_WEBHOOK_OUTBOUND_BLACKLIST="",
+        GORGE_WEBHOOK_SILENT="false",
         PYTHONUNBUFFERED="1",
     )
     return env

@@ -286,6 +286,8 @@ def check(podman: Podman, receiver: Receiver) -> None:
         f"GORGE_WEBHOOK_DATABASE_URL=mysql://root@127.0.0.1:3306/{DATABASE}",
         "-e",
         "GORGE_WEBHOOK_OUTBOUND_BLACKLIST=",
+        "-e",
+        "GORGE_WEBHOOK_SILENT=false",  # declared: with no Phorge local.json to read, silent mode is unknown
     ]
     podman.run("volume", "create", VOLUME)
     podman.remember("volume", "rm", "-f", VOLUME)

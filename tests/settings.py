@@ -18,6 +18,7 @@ os.environ.update(
     GORGE_ENV_FILE="/dev/null",
     GORGE_WEBHOOK_DATABASE_URL=f"{TEST_SERVER}/{TEST_DATABASE}",
     GORGE_WEBHOOK_OUTBOUND_BLACKLIST="",
+    GORGE_WEBHOOK_SILENT="false",  # declared, as every deployment must: tests of silent mode replace it
     GORGE_BEHIND_TLS_PROXY="false",
     DATABASE_URL="sqlite://:memory:",
 )

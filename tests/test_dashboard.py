@@ -179,7 +179,7 @@ def test_every_dashboard_and_api_query_uses_an_index(
     # The PHP-guard and settings reads go to Phorge's worker and config databases (absent here), cached:
     # read it once now, for long enough, so that it is in no page's budget whatever ran just before.
     monkeypatch.setattr(selectors._php_guard(settings.GORGE_WEBHOOK.namespace), "_ttl", 3600.0)
-    monkeypatch.setattr(selectors._phorge_settings(settings.GORGE_WEBHOOK.namespace), "_ttl", 3600.0)
+    monkeypatch.setattr(selectors._phorge_settings(settings.GORGE_WEBHOOK).database, "_ttl", 3600.0)
     selectors.php_delivery_state()
     selectors.phorge_base_uri()
     # hooks, sent counts, the non-sent slice, the chart, recent failed attempts, recent hook errors

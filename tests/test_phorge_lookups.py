@@ -19,12 +19,11 @@ from prometheus_client import REGISTRY
 from tests.helpers import PHORGE_DB, Phorge, mysql_admin, random_phid
 from tests.phorge_app_db import AppDatabases, app_schema
 from webhook_delivery.grants import grants_sql
+from webhook_delivery.phorge_config import PhorgeSettings, php_truthy
 from webhook_delivery.phorge_lookups import (
     OBJECT_TABLES,
     PhorgeObjects,
     PhpWorkerGuard,
-    SilentMode,
-    php_truthy,
 )
 
 pytestmark = PHORGE_DB
@@ -215,9 +214,7 @@ def test_sqlite_behaves_as_no_grant(caplog: pytest.LogCaptureFixture) -> None:
     assert objects.transactions(random_phid("DREV"), ["a", "b"]) == ["b", "a"]
     assert len(fallback_lines(caplog)) == 1
     config = dataclasses.replace(settings.GORGE_WEBHOOK, namespace="phabricator", silent=None)
-    silent = SilentMode(config, connection=lambda: nullcontext(demo))
-    assert silent() is False
-    assert silent.read() is None
+    assert PhorgeSettings(config, connection=lambda: nullcontext(demo)).silent() is None  # unknown, never off
     assert PhpWorkerGuard("phabricator", connection=lambda: nullcontext(demo)).state()["state"] == "unknown"
 
 
@@ -235,9 +232,9 @@ def test_lost_connection_propagates_as_database_error(app_db: AppDatabases, capl
         with pytest.raises(DatabaseError):
             objects.transactions(task, [])
         with pytest.raises(DatabaseError):
-            SilentMode(
+            PhorgeSettings(
                 dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), connection=lambda: nullcontext(doomed)
-            ).read()
+            ).current()
         with pytest.raises(DatabaseError):
             PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(doomed)).state()
         assert fallback_lines(caplog) == []
@@ -250,50 +247,52 @@ def test_lost_connection_propagates_as_database_error(app_db: AppDatabases, capl
 
 @pytest.mark.parametrize(
     ("value", "deleted", "expected"),
-    [("true", False, True), ("false", False, False), ("true", True, False), ("1", False, True), ('"0"', False, False)],
+    [("true", False, True), ("false", False, False), ("true", True, None), ("1", False, True), ('"0"', False, False)],
 )
-def test_silent_from_phorge_config(app_db: AppDatabases, value: str, deleted: bool, expected: bool) -> None:
+def test_silent_from_phorge_config(app_db: AppDatabases, value: str, deleted: bool, expected: bool | None) -> None:
+    """Without the local file, only a value stored in the database tells: no row is unknown, not off."""
     config = dataclasses.replace(settings.GORGE_WEBHOOK, silent=None)
-    assert SilentMode(config)() is False  # no row: Phorge's default
+    assert PhorgeSettings(config).silent() is None
     app_db.config("phabricator.silent", value, deleted=deleted)
     app_db.config("phabricator.silent", "true", namespace="other")
-    silent = SilentMode(config)
-    assert silent() is expected
-    assert silent.read() is expected
+    resolved = PhorgeSettings(config).current()
+    assert resolved.silent.value is expected
+    assert resolved.silent.source == ("unknown" if expected is None else "database")
 
 
 @pytest.mark.parametrize(("override", "stored"), [(True, "false"), (False, "true")])
 def test_environment_override_wins_both_ways(app_db: AppDatabases, override: bool, stored: str) -> None:
     app_db.config("phabricator.silent", stored)
-    silent = SilentMode(dataclasses.replace(settings.GORGE_WEBHOOK, silent=override))
-    assert silent() is override
-    assert silent.read() is override
+    silent = PhorgeSettings(dataclasses.replace(settings.GORGE_WEBHOOK, silent=override))
+    assert silent.silent() is override
+    assert silent.current().silent.source == "variable"
 
 
 def test_silent_is_cached_for_a_few_seconds(app_db: AppDatabases) -> None:
     now = [1000.0]
-    silent = SilentMode(dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), ttl=5, clock=lambda: now[0])
-    assert silent() is False
+    app_db.config("phabricator.silent", "false")
+    silent = PhorgeSettings(dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), ttl=5, clock=lambda: now[0])
+    assert silent.silent() is False
     app_db.config("phabricator.silent", "true")
     now[0] += 4.9
-    assert silent() is False
+    assert silent.silent() is False
     now[0] += 0.2
-    assert silent() is True
+    assert silent.silent() is True
 
 
-def test_silent_without_grant_is_off_unknown_and_logged_once(
+def test_silent_without_grant_is_unknown_and_logged_once(
     app_db: AppDatabases, herald_only_user: MariaDBUser, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger=LOGGER)
+    caplog.set_level(logging.INFO, logger="webhook_delivery.phorge_config")
     app_db.config("phabricator.silent", "true")
-    silent = SilentMode(
+    silent = PhorgeSettings(
         dataclasses.replace(settings.GORGE_WEBHOOK, silent=None),
         connection=lambda: nullcontext(herald_only_user.connection),
         ttl=0,
+        clock=iter(range(0, 1000, 2)).__next__,
     )
-    assert [silent(), silent(), silent()] == [False, False, False]
-    assert silent.read() is None
-    assert len([r for r in caplog.records if "phabricator.silent is unknown" in r.getMessage()]) == 1
+    assert [silent.silent(), silent.silent(), silent.silent()] == [None, None, None]
+    assert len([r for r in caplog.records if "values stored there are not seen" in r.getMessage()]) == 1
 
 
 def test_php_truthiness() -> None:
@@ -440,10 +439,10 @@ def test_grants_are_enough_for_every_lookup_and_nothing_more(
     for phid_type in OBJECT_TABLES:
         assert objects.transactions(random_phid(phid_type), ["x"]) is None
     app_db.config("phabricator.silent", "true")
-    assert (
-        SilentMode(dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), connection=lambda: nullcontext(as_user))()
-        is True
+    granted = PhorgeSettings(
+        dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), connection=lambda: nullcontext(as_user)
     )
+    assert granted.silent() is True
     app_db.worker_task()
     assert PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(as_user)).state()["state"] == "active"
     assert fallback_lines(caplog) == []

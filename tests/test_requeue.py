@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from tests.helpers import PHORGE_DB, Phorge, worker_env
 from tests.processes import ROOT, wait_for
 from tests.receiver import Receiver
-from webhook_delivery.phorge_lookups import request_retention
+from webhook_delivery.phorge_config import REQUEST_RETENTION_SEC, request_retention
 from webhook_delivery.requeue import ErrorFilter, Requeue, RequeueError, parse_when
 from webhook_delivery.store import Store
 from webhook_delivery.worker import Worker
@@ -180,7 +180,7 @@ def test_above_the_threshold_it_asks_unless_told_yes(phorge: Phorge) -> None:
 def test_a_row_that_changed_after_it_was_read_is_left_alone(phorge: Phorge) -> None:
     hook = phorge.hook("http://127.0.0.1:9/race")
     phids = [failed(phorge, hook) for _ in range(3)]
-    runner = Requeue(Store(), None)
+    runner = Requeue(Store(), REQUEST_RETENTION_SEC)
     plan = runner.plan([hook])
     assert len(plan.selected) == 3
     phorge.execute("UPDATE herald_webhookrequest SET dateModified = dateModified + 1 WHERE phid = %s", (phids[1],))

@@ -119,6 +119,20 @@ def _health() -> dict[str, Any]:
         "hooks": [_hook_json(hook, health, latencies[hook.phid]) for hook in health.hooks],
         "workers": [_worker_json(worker) for worker in selectors.workers()],
         "php_worker": selectors.php_delivery_state(),
+        "phorge_settings": _settings_json(),
+    }
+
+
+def _settings_json() -> dict[str, Any]:
+    resolved = selectors.phorge_settings()
+    if resolved is None:
+        return {"delivery_paused": None, "settings": []}
+    return {
+        "delivery_paused": resolved.paused_reason(),
+        "settings": [
+            {"option": option, "value": shown, "source": where.source, "where": where.where}
+            for option, shown, where in resolved.summary()
+        ],
     }
 
 

@@ -9,7 +9,9 @@ from django.core import checks
 from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 
+from .config import DeliveryConfig
 from .netguard import ipv6_gaps
+from .phorge_config import LocalConfigFile
 
 
 @register()
@@ -36,7 +38,34 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 id="gorge.W002",
             )
         )
+    messages.extend(_phorge_settings(config))
     return messages
+
+
+def _phorge_settings(config: DeliveryConfig) -> list[CheckMessage]:
+    if config.phorge_local_config:
+        local = LocalConfigFile(config.phorge_local_config).read()
+        if local.values is None:
+            return [
+                Error(
+                    f"GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG: cannot read {local.path}: {local.problem}",
+                    hint="give the path of Phorge's conf/local/local.json (in a container, a read-only mount)",
+                    id="gorge.E002",
+                )
+            ]
+        return []
+    if config.silent is None:
+        return [
+            checks.Warning(
+                "phabricator.silent can be known only from a value in Phorge's config database: bin/config set "
+                "writes it to conf/local/local.json, which the service is not given, and while it is unknown "
+                "nothing is delivered",
+                hint="set GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG to Phorge's conf/local/local.json, or "
+                "GORGE_WEBHOOK_SILENT=false",
+                id="gorge.W003",
+            )
+        ]
+    return []
 
 
 def raise_for_config_errors() -> None:

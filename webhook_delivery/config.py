@@ -47,6 +47,8 @@ class DeliveryConfig:
     outbound_blacklist: tuple[IPNetwork, ...] = ()  # GORGE_WEBHOOK_OUTBOUND_BLACKLIST, or Phorge's default
     outbound_blacklist_from_env: bool = False
     silent: bool | None = None
+    phorge_local_config: str = ""  # Phorge's conf/local/local.json, read for its locked options
+    phorge_base_uri: str | None = None
     service_token: str = field(default="", repr=False)
     attempt_log: bool = True
     attempt_log_days: int = 7
@@ -193,13 +195,29 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
 
     raw_blacklist = r.env.get("GORGE_WEBHOOK_OUTBOUND_BLACKLIST")
     blacklist = default_blacklist()
-    if raw_blacklist is not None:
+    if raw_blacklist is not None and raw_blacklist and not raw_blacklist.strip():
+        r.errors.append(
+            ConfigError(
+                "GORGE_WEBHOOK_OUTBOUND_BLACKLIST",
+                "only blanks: give CIDR blocks, or an empty value to allow every address",
+            )
+        )
+    elif raw_blacklist is not None:
         try:
             blacklist = parse_blacklist(raw_blacklist)
         except ValueError as exc:
             r.errors.append(ConfigError("GORGE_WEBHOOK_OUTBOUND_BLACKLIST", str(exc)))
 
     silent = r.boolean("GORGE_WEBHOOK_SILENT", None)
+    local_config = r.raw("GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG") or ""
+    base_uri = r.raw("GORGE_WEBHOOK_PHORGE_BASE_URI") or None
+    if base_uri is not None and not re.match(r"^https?://[^\s/?#]+", base_uri):
+        r.errors.append(
+            ConfigError(
+                "GORGE_WEBHOOK_PHORGE_BASE_URI", "expected Phorge's address, such as https://phorge.example.com/"
+            )
+        )
+        base_uri = None
     attempt_log = bool(r.boolean("GORGE_WEBHOOK_ATTEMPT_LOG", True))
     log_days = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_DAYS", 7, minimum=1, maximum=366)
     log_per_hook = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_PER_HOOK", 10_000, minimum=10, maximum=10_000_000)
@@ -220,6 +238,8 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         outbound_blacklist=blacklist,
         outbound_blacklist_from_env=raw_blacklist is not None,
         silent=silent,
+        phorge_local_config=local_config,
+        phorge_base_uri=None if base_uri is None else base_uri.rstrip("/"),
         service_token=r.env.get("GORGE_SERVICE_TOKEN", "").strip(),
         attempt_log=attempt_log,
         attempt_log_days=log_days,

@@ -35,6 +35,10 @@ class UnsendableRequest(Exception):
     """The stored request cannot be turned into Phorge's payload: nothing was sent."""
 
 
+class SilentModeUnknown(Exception):
+    """Phorge's `phabricator.silent` cannot be determined: nothing may be sent or failed."""
+
+
 class ObjectLookup(Protocol):
     def transactions(self, object_phid: str, stored: Any) -> list[Any] | None:
         """Existing transactions newest first, or None when the object no longer exists."""
@@ -53,13 +57,13 @@ class Dispatcher:
         config: DeliveryConfig,
         *,
         resolver: Resolver = system_resolver,
-        silent: Callable[[], bool] | None = None,
+        silent: Callable[[], bool | None] | None = None,
         blacklist: Callable[[], Sequence[IPNetwork]] | None = None,
         objects: ObjectLookup | None = None,
     ) -> None:
         self.config = config
         self.resolver = resolver
-        self.silent = silent or (lambda: bool(config.silent))
+        self.silent = silent or (lambda: config.silent)
         self.blacklist = blacklist or (lambda: config.outbound_blacklist)
         self.objects = objects or StoredOrder()
 
@@ -67,10 +71,14 @@ class Dispatcher:
         self, row: RequestRow, properties: dict[str, Any], hook: Hook | None, *, started: float | None = None
     ) -> Outcome:
         """One processing, as PHP's worker checks and sends; the attempt's deadline runs from `started`
-        (the claim). Raises UnsendableRequest, before any call, when no payload can be built."""
+        (the claim). Raises UnsendableRequest, before any call, when no payload can be built, and
+        SilentModeUnknown when Phorge's silent mode cannot be told."""
         if hook is None:
             return configuration_failure(NOT_FOUND)
-        if self.silent():
+        silent = self.silent()
+        if silent is None:
+            raise SilentModeUnknown
+        if silent:
             return configuration_failure(SILENT)
         if hook.status == "disabled":
             return configuration_failure(DISABLED)

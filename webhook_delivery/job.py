@@ -21,7 +21,7 @@ from django.db import DatabaseError
 from . import metrics
 from .attempts import AttemptLog, AttemptRecord
 from .config import DeliveryConfig
-from .dispatcher import Dispatcher, UnsendableRequest
+from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
 from .herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
 from .locks import webhook_lock_name
 from .outcomes import Outcome, with_error
@@ -51,6 +51,7 @@ class Job:
     hook: Hook | None
     rows: list[RequestRow]
     lane: Lane = Lane.NEW
+    now: int | None = None  # the database's time as the window estimated it when the job was made
 
 
 @dataclass
@@ -137,6 +138,8 @@ class JobRunner:
         result = JobResult(job.hook_phid)
         name = webhook_lock_name(self.config.namespace, job.hook_phid)
         try:
+            if self._all_php(job, result):
+                return result  # the hook's lock was never taken, so no PHP task finds it busy
             token = self.locks.acquire(name)
             if token is None:
                 result.lock_busy = True
@@ -178,26 +181,51 @@ class JobRunner:
                 result.fresh.append(current)
         return self._leave_to_php(due, result, now) if due and now is not None else due
 
+    def _all_php(self, job: Job, result: JobResult) -> bool:
+        """Before the hook's lock: True (and the rows deferred) when every row of the job is PHP's."""
+        if not self.php_active or job.now is None:
+            return False
+        mine, deferred = self._php_split(job.rows, job.now)
+        if mine is None or mine:
+            return False
+        self._defer(deferred, result)
+        return True
+
     def _leave_to_php(self, rows: list[RequestRow], result: JobResult, now: int) -> list[RequestRow]:
+        mine, deferred = self._php_split(rows, now)
+        if mine is None:
+            return rows
+        self._defer(deferred, result)
+        return mine
+
+    def _php_split(
+        self, rows: list[RequestRow], now: int
+    ) -> tuple[list[RequestRow] | None, list[tuple[RequestRow, int, str]]]:
         """While Phorge's own worker still delivers, a request with a live HeraldWebhookWorker task is
         PHP's, and so is one too young for its task to be visible yet (queueCall() saves the row a moment
         before it schedules the task). PHP checks `status` before it takes the hook lock and not again
-        inside it, so taking such a row could send it twice. Without the grant: as before."""
+        inside it, so taking such a row could send it twice. Returns the rows that are ours and those left
+        (row, until, why); ours None without the grant (then every row is ours, as before)."""
         live = None if self.php is None else self.php.live_tasks(row.phid for row in rows)
         if live is None:
-            return rows
-        mine = []
+            return None, []
+        mine, deferred = [], []
         for row in rows:
             if row.phid in live:
-                result.deferred.append((row.id, now + PHP_TASK_RECHECK_SEC))
+                deferred.append((row, now + PHP_TASK_RECHECK_SEC, "task"))
             elif self.php_active and row.date_created > now - PHP_YOUNG_SEC:
-                result.deferred.append((row.id, row.date_created + PHP_YOUNG_SEC))
+                deferred.append((row, row.date_created + PHP_YOUNG_SEC, "young"))
             else:
                 mine.append(row)
-        if len(mine) < len(rows):
-            metrics.LEFT_TO_PHP.inc(len(rows) - len(mine))
-            self.counters.add("left_to_php", len(rows) - len(mine))
-        return mine
+        return mine, deferred
+
+    def _defer(self, deferred: list[tuple[RequestRow, int, str]], result: JobResult) -> None:
+        for row, until, why in deferred:
+            result.deferred.append((row.id, until))
+            self.counters.add(f"left_to_php.{why}")
+        if deferred:
+            metrics.LEFT_TO_PHP.inc(len(deferred))
+            self.counters.add("left_to_php", len(deferred))
 
     def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int) -> None:
         pending = self._reread(job.rows, result)
@@ -232,6 +260,8 @@ class JobRunner:
         """
         if job.hook is not None and not job.hook.hmac_key:
             raise _Stop
+        if self.dispatcher.silent() is None:
+            raise _Stop  # silent mode unknown: claim nothing
         properties, problem = _readable(row.properties)
         version = self.store.claim(
             row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
@@ -249,6 +279,9 @@ class JobRunner:
             outcome = self.dispatcher.process(row, properties, job.hook, started=claimed_at)
         except UnsendableRequest as exc:
             return self._poison(row, version, claimed_at, result, str(exc), began)
+        except SilentModeUnknown:
+            result.claimed.append(row.id)  # untouched but for the claim: back after the lease
+            raise _Stop from None
         except DatabaseError:
             raise  # an outage: the row waits out its claim and comes back
         except Exception:

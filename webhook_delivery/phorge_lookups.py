@@ -1,10 +1,10 @@
 """Read-only views into Phorge's other application databases, beside the herald one.
 
-Three things Phorge's PHP worker knows and an out-of-process deliverer has to look up:
+What Phorge's PHP worker knows and an out-of-process deliverer has to look up:
 
 * `PhorgeObjects`: does the request's object still exist, and which of its stored transactions still
   exist, newest first (the worker's steps 6 and 7);
-* `SilentMode`: Phorge's global `phabricator.silent`, from the config database (or GORGE_WEBHOOK_SILENT);
+* Phorge's own settings (`phabricator.silent`, ...), from its config database: phorge_config.py;
 * `PhpWorkerGuard`: is Phorge's own PHP daemon still running `HeraldWebhookWorker` tasks.
 
 Everything is a SELECT on `<namespace>_<app>`.`<table>` through the herald connection (default alias
@@ -16,7 +16,6 @@ so the worker's outage handling keeps the request queued.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -28,9 +27,8 @@ from typing import Any
 from django.db import DatabaseError, connections
 
 from . import metrics
-from .config import NAMESPACE_RE, PHORGE_ALIAS, DeliveryConfig, IPNetwork, parse_blacklist
+from .config import NAMESPACE_RE, PHORGE_ALIAS
 from .herald import text
-from .netguard import ipv6_gaps
 from .payload import phid_get_type, stored_values, transactions_newest_first
 from .state import PhpDeliveryState, PhpState
 
@@ -226,173 +224,6 @@ class PhorgeObjects:
                 extra={"phid_type": phid_type, "mysql_error": exc.code},
             )
         return transactions_newest_first(stored)
-
-
-def php_truthy(value: Any) -> bool:
-    """PHP's truthiness of a json_decode()d value ("0", "", 0, [], {} and null are false)."""
-    if isinstance(value, str):
-        return value not in ("", "0")
-    return bool(value)
-
-
-SETTING_KEYS = ("phabricator.silent", "security.outbound-blacklist", "phabricator.base-uri", "phd.garbage-collection")
-REQUEST_RETENTION_SEC = 7 * 86400  # Phorge's default for herald.webhooks in phd.garbage-collection
-
-
-def request_retention(values: dict[str, Any] | None) -> int | None:
-    """Seconds Phorge keeps webhook requests (from dateCreated); None: forever (a null retention)."""
-    collection = (values or {}).get("phd.garbage-collection")
-    if not isinstance(collection, dict) or "herald.webhooks" not in collection:
-        return REQUEST_RETENTION_SEC
-    retention = collection["herald.webhooks"]
-    if retention is None:
-        return None
-    return int(retention) if isinstance(retention, int) and retention > 0 else REQUEST_RETENTION_SEC
-
-
-class PhorgeSettings:
-    """The few of Phorge's own settings the service honours, read from its config database
-    (`<ns>_config.config_entry`, the optional grant) in one query, cached a few seconds.
-
-    `values()` is None when the table cannot be read; otherwise the keys Phorge stores there, decoded
-    (a key missing means Phorge's default). One thread refreshes the cache at a time; meanwhile the others
-    keep the last values rather than queue behind a slow read (only the very first read is waited for).
-    Values set only in Phorge's local.json files are invisible here: the GORGE_* variables cover them.
-    """
-
-    def __init__(
-        self,
-        namespace: str,
-        *,
-        connection: ConnectionSource | None = None,
-        ttl: float = CACHE_SEC,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.table = qualified(namespace, "config", "config_entry")
-        self._connection = connection or _default_connection
-        self._ttl = ttl
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._cached: tuple[float, dict[str, Any] | None] | None = None
-        self._unreadable = False
-
-    def values(self) -> dict[str, Any] | None:
-        cached = self._cached
-        if cached is not None and self._clock() - cached[0] < self._ttl:
-            return cached[1]
-        if not self._lock.acquire(blocking=cached is None):
-            return cached[1] if cached is not None else None
-        try:
-            cached = self._cached
-            if cached is not None and self._clock() - cached[0] < self._ttl:
-                return cached[1]
-            values = self._query()
-            self._cached = (self._clock(), values)
-            return values
-        finally:
-            self._lock.release()
-
-    def _query(self) -> dict[str, Any] | None:
-        sql = (
-            f"SELECT configKey, value FROM {self.table} WHERE namespace = 'default' "
-            f"AND configKey IN ({', '.join(['%s'] * len(SETTING_KEYS))}) AND isDeleted = 0"
-        )
-        try:
-            rows = _select(self._connection, sql, SETTING_KEYS)
-        except _NoAccessError as exc:
-            if not self._unreadable:
-                self._unreadable = True
-                logger.warning(
-                    f"cannot read {self.table}: phabricator.silent is unknown and taken as off, and "
-                    "security.outbound-blacklist as Phorge's default; set GORGE_WEBHOOK_SILENT and "
-                    "GORGE_WEBHOOK_OUTBOUND_BLACKLIST to decide explicitly",
-                    extra={"mysql_error": exc.code},
-                )
-            return None
-        if self._unreadable:
-            self._unreadable = False
-            logger.info(f"reading Phorge's settings from {self.table} again")
-        values: dict[str, Any] = {}
-        for key, value in rows:
-            try:
-                values[text(key)] = json.loads(text(value))
-            except ValueError:
-                values[text(key)] = None  # PHP's json_decode gives null
-        return values
-
-
-class SilentMode:
-    """`phabricator.silent` as Phorge's worker sees it; callable as Dispatcher(silent=...).
-
-    GORGE_WEBHOOK_SILENT wins; otherwise Phorge's config database says (a missing value is off).
-    """
-
-    def __init__(
-        self,
-        config: DeliveryConfig,
-        *,
-        settings: PhorgeSettings | None = None,
-        connection: ConnectionSource | None = None,
-        ttl: float = CACHE_SEC,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.override = config.silent
-        self.settings = settings or PhorgeSettings(config.namespace, connection=connection, ttl=ttl, clock=clock)
-
-    def __call__(self) -> bool:
-        return bool(self.read())
-
-    def read(self) -> bool | None:
-        """True/False, or None when Phorge's config cannot be read (then delivery behaves as False)."""
-        if self.override is not None:
-            return self.override
-        values = self.settings.values()
-        return None if values is None else php_truthy(values.get("phabricator.silent"))
-
-
-class OutboundBlacklist:
-    """The outbound blacklist in force; callable as Dispatcher(blacklist=...).
-
-    GORGE_WEBHOOK_OUTBOUND_BLACKLIST wins; otherwise Phorge's own `security.outbound-blacklist` when its
-    config database can be read and the installation changed it; otherwise Phorge's default list. Which
-    one is in force is logged at start-up and whenever it changes.
-    """
-
-    def __init__(self, config: DeliveryConfig, settings: PhorgeSettings) -> None:
-        self.config = config
-        self.settings = settings
-        self._reported: tuple[str, tuple[IPNetwork, ...]] | None = None
-        self._invalid_logged = False
-
-    def __call__(self) -> tuple[IPNetwork, ...]:
-        source, networks = self.current()
-        if (source, networks) != self._reported:
-            self._reported = (source, networks)
-            gaps = ipv6_gaps(networks)
-            logger.info(
-                f"outbound blacklist in force: {source}",
-                extra={"ranges": len(networks), "ipv6_open": ", ".join(gaps) or None},
-            )
-        return networks
-
-    def current(self) -> tuple[str, tuple[IPNetwork, ...]]:
-        if self.config.outbound_blacklist_from_env:
-            return "GORGE_WEBHOOK_OUTBOUND_BLACKLIST", self.config.outbound_blacklist
-        values = self.settings.values()
-        if values is None:
-            return f"Phorge's default list ({self.settings.table} cannot be read)", self.config.outbound_blacklist
-        configured = values.get("security.outbound-blacklist")
-        if configured is None:
-            return "Phorge's default list (security.outbound-blacklist not changed)", self.config.outbound_blacklist
-        try:
-            if not isinstance(configured, list):
-                raise ValueError("not a list")
-            return "Phorge's security.outbound-blacklist", parse_blacklist(json.dumps(configured))
-        except ValueError:
-            if not self._invalid_logged:
-                self._invalid_logged = True
-                logger.error("Phorge's security.outbound-blacklist is not a list of CIDR blocks: using the default")
-            return "Phorge's default list (security.outbound-blacklist unreadable)", self.config.outbound_blacklist
 
 
 class PhpWorkerGuard:

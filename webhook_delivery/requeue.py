@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from .dispatcher import ObjectLookup
 from .herald import Hook, HookStatus, RequestRow
-from .phorge_lookups import request_retention
 from .phpjson import UndecodableProperties, decode_properties
 from .store import Store
 
@@ -29,6 +29,7 @@ DISABLED = "hook disabled (Phorge would not deliver it)"
 NO_KEY = "hook has no HMAC key (it would stay queued)"
 TOO_OLD = "too close to Phorge's garbage collection (7 days after creation by default)"
 UNREADABLE = "properties unreadable (it would fail again)"
+OBJECT_GONE = "object deleted in Phorge (it would fail again as hook/object)"
 
 
 class RequeueError(ValueError):
@@ -118,9 +119,10 @@ class Applied:
 
 
 class Requeue:
-    def __init__(self, store: Store, phorge_settings: dict[str, object] | None) -> None:
+    def __init__(self, store: Store, retention: int | None, objects: ObjectLookup | None = None) -> None:
         self.store = store
-        self.retention = request_retention(phorge_settings)
+        self.retention = retention  # Phorge's phd.garbage-collection for herald.webhooks; None: forever
+        self.objects = objects
 
     def plan(
         self,
@@ -153,12 +155,17 @@ class Requeue:
                     plan.refused[UNREADABLE] += 1
                 elif oldest is not None and row.date_created < oldest:
                     plan.refused[TOO_OLD] += 1
+                elif (error_type, error_code) == ("hook", "object") and self._object_gone(row.object_phid):
+                    plan.refused[OBJECT_GONE] += 1
                 else:
                     failed_at = row.last_epoch or row.date_modified
                     kept = dataclasses.replace(row, properties=None)  # a week of failures stays small in memory
                     plan.selected.append(Candidate(kept, hook.name, failed_at, error_type, error_code))
         plan.selected.sort(key=lambda candidate: (candidate.failed_at, candidate.row.id))
         return plan
+
+    def _object_gone(self, object_phid: str) -> bool:
+        return self.objects is not None and self.objects.transactions(object_phid, []) is None
 
     def _hooks(self, hook_phids: Sequence[str]) -> list[Hook]:
         every = self.store.hooks()

@@ -31,7 +31,8 @@ from django.db import DatabaseError, connections, transaction
 from .config import PHORGE_ALIAS, DeliveryConfig
 from .herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRow, text
 from .payload import phid_get_type
-from .phorge_lookups import PhorgeSettings, PhpWorkerGuard
+from .phorge_config import PhorgeConfig, PhorgeSettings
+from .phorge_lookups import PhpWorkerGuard
 from .phpjson import UndecodableProperties, decode_properties
 from .state import PhpDeliveryState
 from .status.models import WorkerHeartbeat
@@ -649,20 +650,23 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
 
 
 @functools.cache
-def _phorge_settings(namespace: str) -> PhorgeSettings:
-    return PhorgeSettings(namespace)  # one per process, cached a few seconds
+def _phorge_settings(config: DeliveryConfig) -> PhorgeSettings:
+    return PhorgeSettings(config)  # one per process and configuration, cached a few seconds
+
+
+def phorge_settings() -> PhorgeConfig | None:
+    """Phorge's settings in force (silent mode, blacklist, base URI, retention) and where each came from;
+    None when Phorge's database is unreachable."""
+    try:
+        return _phorge_settings(settings.GORGE_WEBHOOK).current()
+    except DatabaseError:
+        return None
 
 
 def phorge_base_uri() -> str | None:
-    """Phorge's `phabricator.base-uri` (for links into its UI), when its config database can be read."""
-    try:
-        values = _phorge_settings(settings.GORGE_WEBHOOK.namespace).values()
-    except DatabaseError:
-        return None
-    base = (values or {}).get("phabricator.base-uri")
-    if not isinstance(base, str) or not base.startswith(("https://", "http://")):
-        return None
-    return base.rstrip("/")
+    """Phorge's `phabricator.base-uri` (for links into its UI), when it is known."""
+    resolved = phorge_settings()
+    return None if resolved is None else resolved.base_uri.value
 
 
 @functools.cache
@@ -697,6 +701,7 @@ class Dashboard:
     workers: list[WorkerStatus]
     php: PhpDeliveryState
     phorge_uri: str | None = None  # phabricator.base-uri, for links into Phorge's pages
+    settings: PhorgeConfig | None = None  # Phorge's own switches in force; None: its database is unreachable
 
     @property
     def alive_workers(self) -> int:
@@ -717,11 +722,13 @@ class Dashboard:
 @_uncommitted_reads
 def dashboard(config: DeliveryConfig) -> Dashboard:
     health = queue_health(config)
+    resolved = phorge_settings()
     return Dashboard(
         health=health,
         series=delivery_series(health.hook_phids, health.now),
         failures=recent_failures(health),
         workers=workers(),
         php=php_delivery_state(),
-        phorge_uri=phorge_base_uri(),
+        phorge_uri=None if resolved is None else resolved.base_uri.value,
+        settings=resolved,
     )

@@ -36,3 +36,4 @@ class WorkerState(TypedDict):
     hooks_lock_busy: list[str]
     stopping: bool
     php_worker: PhpDeliveryState
+    delivery_paused: str | None  # why the worker delivers nothing (Phorge's silent mode unknown)

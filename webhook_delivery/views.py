@@ -108,6 +108,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except DatabaseError as exc:
         logger.warning("readiness: Phorge's herald database unavailable", extra={"error": type(exc).__name__})
         return JsonResponse({"status": "unavailable", "reason": "phorge database unreachable"}, status=503)
+    resolved = selectors.phorge_settings()
+    paused = None if resolved is None else resolved.paused_reason()
+    if paused is not None:
+        return JsonResponse({"status": "unavailable", "reason": paused}, status=503)
     body = {"status": "ok"}
     if selectors.php_delivery_state()["state"] == "active":
         body["warning"] = "phorge's php webhook worker is also delivering"

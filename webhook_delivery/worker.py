@@ -30,7 +30,8 @@ from .config import PHORGE_ALIAS, DeliveryConfig
 from .dispatcher import Dispatcher
 from .herald import Hook, RequestResult
 from .job import Counters, Job, JobResult, JobRunner, Lane
-from .phorge_lookups import OutboundBlacklist, PhorgeObjects, PhorgeSettings, PhpWorkerGuard, SilentMode
+from .phorge_config import PhorgeSettings
+from .phorge_lookups import PhorgeObjects, PhpWorkerGuard
 from .sessions import LockSession, SessionPool, close_quietly
 from .state import PhpDeliveryState, WorkerState
 from .status.heartbeat import Heartbeat
@@ -46,6 +47,7 @@ HOOKS_RELOAD_SEC = 1.0
 LOCK_BUSY_SKIP_SEC = 1.0
 LOCK_CHECK_SEC = 1.0
 DB_RETRY_MAX_SEC = 30.0
+PAUSED_REPEAT_SEC = 300.0
 
 
 class Lanes:
@@ -117,11 +119,11 @@ class Worker:
         self.reader = Store(alias)
         self.pool = SessionPool(alias, config.db_pool_size)
         self.locks = LockSession(alias)
-        self.phorge_settings = PhorgeSettings(config.namespace, connection=self.pool.connection)
+        self.phorge_settings = PhorgeSettings(config, connection=self.pool.connection)
         self.dispatcher = dispatcher or Dispatcher(
             config,
-            silent=SilentMode(config, settings=self.phorge_settings),
-            blacklist=OutboundBlacklist(config, self.phorge_settings),
+            silent=self.phorge_settings.silent,
+            blacklist=self.phorge_settings.blacklist,
             objects=PhorgeObjects(config.namespace, connection=self.pool.connection),
         )
         self.php_guard = PhpWorkerGuard(config.namespace, connection=self.pool.connection)
@@ -157,6 +159,8 @@ class Worker:
         self._last_heartbeat = 0.0
         self._last_lock_check = 0.0
         self._reported: dict[str, int] = {}
+        self.paused: str | None = None  # why nothing is delivered now (silent mode unknown)
+        self._paused_said = float("-inf")
 
     def count(self, key: str, amount: int = 1) -> None:
         self.counters.add(key, amount)
@@ -177,6 +181,7 @@ class Worker:
             "hooks_lock_busy": sorted(phid for phid, until in self.skip_until.items() if until > now),
             "stopping": self.stopping.is_set(),
             "php_worker": self.php_state,
+            "delivery_paused": self.paused,
         }
 
     def _beat(self, *, force: bool = False) -> None:
@@ -251,7 +256,7 @@ class Worker:
             },
         )
         try:
-            self.dispatcher.blacklist()  # logs which outbound blacklist is in force, and why
+            self.phorge_settings.current()  # logs each of Phorge's settings in force, and where it came from
         except DatabaseError:
             pass  # the loop notices the outage and says so
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
@@ -311,6 +316,9 @@ class Worker:
         try:
             connections[self.alias].close_if_unusable_or_obsolete()
             more = self.window.poll()
+            if self._pause_for_silent_mode():
+                self._database_recovered()
+                return False, False
             candidates = self.window.candidates(self._schedulable)
             if candidates and len(running) < self.max_concurrent:
                 self._load_hooks(candidates)
@@ -331,7 +339,8 @@ class Worker:
                 break
             if not self.lanes.admits(lane):
                 continue
-            job = Job(hook_phid, self.hooks.get(hook_phid), self.window.take(hook_phid, ROWS_PER_JOB), lane)
+            rows = self.window.take(hook_phid, ROWS_PER_JOB)
+            job = Job(hook_phid, self.hooks.get(hook_phid), rows, lane, now=self.window.estimated_now())
             self.busy_hooks.add(hook_phid)
             self.lanes.start(lane, hook_phid)
             running[pool.submit(self.runner.run, job)] = job
@@ -339,6 +348,44 @@ class Worker:
         self._set_in_flight_metrics()
         full = self.lanes.running.total() >= self.max_concurrent
         return scheduled, more or (bool(candidates) and full)
+
+    def _pause_for_silent_mode(self) -> bool:
+        """True while Phorge's silent mode cannot be told: then nothing is claimed, sent or failed. Said at
+        once, every few minutes while it lasts, and when it ends."""
+        if self.dispatcher.silent() is not None:
+            if self.paused is not None:
+                self.paused = None
+                logger.info("phabricator.silent is known again: delivering")
+            return False
+        self.paused = self.phorge_settings.current().paused_reason() or "phabricator.silent is unknown"
+        if time.monotonic() - self._paused_said >= PAUSED_REPEAT_SEC:
+            self._paused_said = time.monotonic()
+            logger.warning(self.paused, extra={"queued_tracked": self.window.held_count})
+        return True
+
+    def summary(self) -> list[str]:
+        """What a `--once` run left queued, and why."""
+        counts = self.counters.snapshot()
+        lines = []
+        if self.paused is not None:
+            lines.append(
+                f"nothing delivered: {self.paused}; {self.window.held_count} queued request(s) left as they are"
+            )
+        if counts.get("left_to_php.task"):
+            lines.append(
+                f"left {counts['left_to_php.task']} request(s) to Phorge's PHP worker: "
+                "each has a HeraldWebhookWorker task queued"
+            )
+        if counts.get("left_to_php.young"):
+            lines.append(
+                f"left {counts['left_to_php.young']} request(s) too young to tell whether Phorge's PHP worker "
+                "takes them (PHP delivered lately)"
+            )
+        if self.misconfigured:
+            lines.append(f"left the requests of {len(self.misconfigured)} hook(s) with an empty HMAC key")
+        if self.backoff_until:
+            lines.append(f"left the requests of {len(self.backoff_until)} hook(s) in Phorge's error backoff")
+        return lines
 
     def _set_in_flight_metrics(self) -> None:
         metrics.IN_FLIGHT.set(self.lanes.running.total())

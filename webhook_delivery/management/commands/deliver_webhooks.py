@@ -59,5 +59,8 @@ class Command(BaseCommand):
 
                 start_http_server(options["metrics_port"], addr=options["metrics_addr"])
             worker.run(handle_signals=False)
+            if options["once"]:
+                for line in worker.summary():
+                    self.stdout.write(line)
         finally:
             restore()

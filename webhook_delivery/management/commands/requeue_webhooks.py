@@ -11,7 +11,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from webhook_delivery.herald import utc
-from webhook_delivery.phorge_lookups import PhorgeSettings
+from webhook_delivery.phorge_config import PhorgeSettings
+from webhook_delivery.phorge_lookups import PhorgeObjects
 from webhook_delivery.requeue import ErrorFilter, Plan, Requeue, RequeueError, parse_when
 from webhook_delivery.status.notices import announce
 from webhook_delivery.store import Store
@@ -53,7 +54,9 @@ class Command(BaseCommand):
             now = store.db_now()
             since = None if options["since"] is None else parse_when(options["since"], now)
             until = None if options["until"] is None else parse_when(options["until"], now)
-            requeue = Requeue(store, PhorgeSettings(settings.GORGE_WEBHOOK.namespace).values())
+            config = settings.GORGE_WEBHOOK
+            retention = PhorgeSettings(config).current().retention.value
+            requeue = Requeue(store, retention, PhorgeObjects(config.namespace))
             plan = requeue.plan(options["hook"], since=since, until=until, errors=errors)
         except RequeueError as exc:
             raise CommandError(str(exc)) from None

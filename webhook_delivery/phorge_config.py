@@ -1,0 +1,375 @@
+"""Phorge's own switches, read where Phorge keeps them: `phabricator.silent`, `security.outbound-blacklist`,
+`phabricator.base-uri` and `phd.garbage-collection`.
+
+All four are locked options in Phorge: `bin/config set` writes them to `conf/local/local.json`
+(GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG names that file here) and refuses to put them in the database, though
+Phorge still honours values an older install left in `<ns>_config.config_entry`. Each is resolved in one
+order: the service's own variable, the local file, the database, Phorge's default. Silent mode is the one
+that must never be guessed: when neither a variable, nor the file, nor a value in the database says, it is
+unknown, and the worker delivers nothing until someone declares it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from .config import DeliveryConfig, IPNetwork, parse_blacklist
+from .herald import text
+from .phorge_lookups import CACHE_SEC, ConnectionSource, _default_connection, _NoAccessError, _select, qualified
+
+logger = logging.getLogger(__name__)
+
+SILENT = "phabricator.silent"
+BLACKLIST = "security.outbound-blacklist"
+BASE_URI = "phabricator.base-uri"
+COLLECTION = "phd.garbage-collection"
+SETTING_KEYS = (SILENT, BLACKLIST, BASE_URI, COLLECTION)
+REQUEST_RETENTION_SEC = 7 * 86400  # Phorge's default for herald.webhooks in phd.garbage-collection
+LOCAL_FILE_RECHECK_SEC = 1.0
+LOCAL_FILE_MAX_BYTES = 4 * 1024 * 1024  # far above any real local.json; a bigger file is not Phorge's
+
+Source = Literal["variable", "local file", "database", "Phorge's default", "unknown"]
+T = TypeVar("T")
+
+
+def php_truthy(value: Any) -> bool:
+    """PHP's truthiness of a json_decode()d value ("0", "", 0, [], {} and null are false)."""
+    if isinstance(value, str):
+        return value not in ("", "0")
+    return bool(value)
+
+
+def request_retention(values: dict[str, Any] | None) -> int | None:
+    """Seconds Phorge keeps webhook requests (from dateCreated) given a `phd.garbage-collection` holder;
+    None: forever (a null retention). As Phorge's collector: a missing entry is the 7-day default."""
+    collection = (values or {}).get(COLLECTION)
+    if not isinstance(collection, dict) or "herald.webhooks" not in collection:
+        return REQUEST_RETENTION_SEC
+    retention = collection["herald.webhooks"]
+    if retention is None:
+        return None
+    return int(retention) if isinstance(retention, int) and retention > 0 else REQUEST_RETENTION_SEC
+
+
+def base_uri_value(value: Any) -> str | None:
+    """A usable `phabricator.base-uri` (http or https), without its trailing slash."""
+    if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+        return None
+    return value.rstrip("/")
+
+
+@dataclass(frozen=True)
+class Resolved(Generic[T]):
+    """One setting in force and where it came from; `where` names the variable, file or table."""
+
+    value: T
+    source: Source
+    where: str
+
+    def describe(self) -> str:
+        return f"{self.source} ({self.where})" if self.where else self.source
+
+
+@dataclass(frozen=True)
+class LocalRead:
+    """What the local configuration file gave: its values, or why it could not be read."""
+
+    path: str
+    values: dict[str, Any] | None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class PhorgeConfig:
+    silent: Resolved[bool | None]
+    blacklist: Resolved[tuple[IPNetwork, ...]]
+    base_uri: Resolved[str | None]
+    retention: Resolved[int | None]
+
+    @property
+    def silent_unknown(self) -> bool:
+        return self.silent.value is None
+
+    def paused_reason(self) -> str | None:
+        """Why nothing may be delivered now, with what to set; None when delivery may go on."""
+        if not self.silent_unknown:
+            return None
+        return (
+            f"phabricator.silent is unknown ({self.silent.where}): nothing is delivered until it is declared; "
+            "set GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG to Phorge's conf/local/local.json, or GORGE_WEBHOOK_SILENT "
+            "to true or false"
+        )
+
+    def summary(self) -> list[tuple[str, str, Resolved[Any]]]:
+        """(option, value as text, resolution) for each setting: the start-up lines and the pages."""
+        silent = "unknown" if self.silent.value is None else "on" if self.silent.value else "off"
+        ranges = len(self.blacklist.value)
+        blacklist = f"{ranges} range{'s' if ranges != 1 else ''}" if ranges else "empty (every address allowed)"
+        retention = self.retention.value
+        kept = (
+            "forever"
+            if retention is None
+            else f"{retention // 86400} days"
+            if retention % 86400 == 0
+            else f"{retention} s"
+        )
+        return [
+            (SILENT, silent, self.silent),
+            (BLACKLIST, blacklist, self.blacklist),
+            (BASE_URI, self.base_uri.value or "not set", self.base_uri),
+            (f"{COLLECTION} herald.webhooks", kept, self.retention),
+        ]
+
+
+def resolve(
+    config: DeliveryConfig, local: LocalRead | None, database: dict[str, Any] | None, table: str
+) -> PhorgeConfig:
+    """Pure: each setting from the variable, then the local file, then the database, then Phorge's default.
+
+    `local` is None when no file is configured; `database` None when the table cannot be read.
+    """
+    layers: list[tuple[Source, str, dict[str, Any]]] = []
+    if local is not None and local.values is not None:
+        layers.append(("local file", local.path, local.values))
+    if database is not None:
+        layers.append(("database", table, database))
+    looked = [f"not set in {where}" for _source, where, _values in layers]
+    if local is None:
+        looked.append("no local file given (GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG), so bin/config set values are not seen")
+    elif local.values is None:
+        looked.append(f"cannot read {local.path}: {local.problem}")
+    if database is None:
+        looked.append(f"cannot read {table}")
+    nowhere = "; ".join(looked)
+
+    def stored(key: str) -> tuple[Source, str, Any] | None:
+        for source, where, values in layers:
+            if key in values:
+                return source, where, values[key]
+        return None
+
+    silent: Resolved[bool | None]
+    if config.silent is not None:
+        silent = Resolved(config.silent, "variable", "GORGE_WEBHOOK_SILENT")
+    elif local is not None and local.values is None:
+        silent = Resolved(None, "unknown", f"cannot read {local.path}: {local.problem}")
+    elif (found := stored(SILENT)) is not None:
+        silent = Resolved(php_truthy(found[2]), found[0], found[1])
+    elif local is not None:
+        silent = Resolved(False, "Phorge's default", nowhere)
+    else:
+        silent = Resolved(None, "unknown", nowhere)
+
+    blacklist: Resolved[tuple[IPNetwork, ...]]
+    if config.outbound_blacklist_from_env:
+        blacklist = Resolved(config.outbound_blacklist, "variable", "GORGE_WEBHOOK_OUTBOUND_BLACKLIST")
+    elif (found := stored(BLACKLIST)) is not None and (networks := _networks(found[2])) is not None:
+        blacklist = Resolved(networks, found[0], found[1])
+    elif found is not None:
+        blacklist = Resolved(
+            config.outbound_blacklist, "Phorge's default", f"{BLACKLIST} in {found[1]} is not a list of CIDR blocks"
+        )
+    else:
+        blacklist = Resolved(config.outbound_blacklist, "Phorge's default", nowhere)
+
+    base_uri: Resolved[str | None]
+    if config.phorge_base_uri:
+        base_uri = Resolved(config.phorge_base_uri, "variable", "GORGE_WEBHOOK_PHORGE_BASE_URI")
+    elif (found := stored(BASE_URI)) is not None and base_uri_value(found[2]) is not None:
+        base_uri = Resolved(base_uri_value(found[2]), found[0], found[1])
+    else:
+        base_uri = Resolved(None, "Phorge's default", nowhere)
+
+    retention: Resolved[int | None]
+    if (found := stored(COLLECTION)) is not None:
+        retention = Resolved(request_retention({COLLECTION: found[2]}), found[0], found[1])
+    else:
+        retention = Resolved(REQUEST_RETENTION_SEC, "Phorge's default", nowhere)
+    return PhorgeConfig(silent=silent, blacklist=blacklist, base_uri=base_uri, retention=retention)
+
+
+def _networks(value: Any) -> tuple[IPNetwork, ...] | None:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        return None
+    try:
+        return parse_blacklist(json.dumps(value)) if value else ()
+    except ValueError:
+        return None
+
+
+class LocalConfigFile:
+    """Phorge's `conf/local/local.json`, re-read whenever the file changes (checked at most once a second).
+
+    The file is a JSON object of option to value as `bin/config set` writes it (`[]` once every key was
+    deleted). Anything else, a missing file included, is a problem reported with the path: the variable
+    says the file is there, so its absence is a wrong mount, not an empty configuration.
+    """
+
+    def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._checked = float("-inf")
+        self._stamp: tuple[int, int, int] | None = None
+        self._read = LocalRead(path, None, "not read yet")
+
+    def read(self) -> LocalRead:
+        with self._lock:
+            if self._clock() - self._checked < LOCAL_FILE_RECHECK_SEC:
+                return self._read
+            self._checked = self._clock()
+            try:
+                info = os.stat(self.path)
+            except OSError as exc:
+                self._stamp, self._read = None, LocalRead(self.path, None, exc.strerror or type(exc).__name__)
+                return self._read
+            stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+            if stamp != self._stamp or self._read.values is None:
+                self._stamp, self._read = stamp, self._load(info.st_size)
+            return self._read
+
+    def _load(self, size: int) -> LocalRead:
+        if size > LOCAL_FILE_MAX_BYTES:
+            return LocalRead(self.path, None, f"larger than {LOCAL_FILE_MAX_BYTES} bytes")
+        try:
+            with open(self.path, "rb") as handle:
+                data = handle.read(LOCAL_FILE_MAX_BYTES + 1)
+        except OSError as exc:
+            return LocalRead(self.path, None, exc.strerror or type(exc).__name__)
+        try:
+            values = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return LocalRead(self.path, None, "not valid JSON")
+        if values == []:
+            values = {}
+        if not isinstance(values, dict):
+            return LocalRead(self.path, None, "not a JSON object of option to value")
+        return LocalRead(self.path, values)
+
+
+class ConfigDatabase:
+    """The same settings in Phorge's config database (`<ns>_config.config_entry`, an optional grant), in one
+    query, cached a few seconds.
+
+    `values()` is None when the table cannot be read; otherwise the keys stored there, decoded. One thread
+    refreshes the cache at a time; the others keep the last values rather than queue behind a slow read
+    (only the very first read is waited for). An outage raises django.db.DatabaseError.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        *,
+        connection: ConnectionSource | None = None,
+        ttl: float = CACHE_SEC,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.table = qualified(namespace, "config", "config_entry")
+        self._connection = connection or _default_connection
+        self._ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cached: tuple[float, dict[str, Any] | None] | None = None
+        self._unreadable = False
+
+    def values(self) -> dict[str, Any] | None:
+        cached = self._cached
+        if cached is not None and self._clock() - cached[0] < self._ttl:
+            return cached[1]
+        if not self._lock.acquire(blocking=cached is None):
+            return cached[1] if cached is not None else None
+        try:
+            cached = self._cached
+            if cached is not None and self._clock() - cached[0] < self._ttl:
+                return cached[1]
+            values = self._query()
+            self._cached = (self._clock(), values)
+            return values
+        finally:
+            self._lock.release()
+
+    def _query(self) -> dict[str, Any] | None:
+        sql = (
+            f"SELECT configKey, value FROM {self.table} WHERE namespace = 'default' "
+            f"AND configKey IN ({', '.join(['%s'] * len(SETTING_KEYS))}) AND isDeleted = 0"
+        )
+        try:
+            rows = _select(self._connection, sql, SETTING_KEYS)
+        except _NoAccessError as exc:
+            if not self._unreadable:
+                self._unreadable = True
+                logger.info(
+                    f"cannot read {self.table} (no SELECT grant, or not Phorge's database): values stored there "
+                    "are not seen",
+                    extra={"mysql_error": exc.code},
+                )
+            return None
+        if self._unreadable:
+            self._unreadable = False
+            logger.info(f"reading Phorge's settings from {self.table} again")
+        values: dict[str, Any] = {}
+        for key, value in rows:
+            try:
+                values[text(key)] = json.loads(text(value))
+            except ValueError:
+                values[text(key)] = None  # PHP's json_decode gives null
+        return values
+
+
+class PhorgeSettings:
+    """The settings in force, from every source, resolved afresh whenever a source changed (the file is
+    checked at most once a second, the database every few seconds). Logs each setting's value and source the first
+    time and whenever either changes. `current()` raises django.db.DatabaseError in an outage.
+    """
+
+    def __init__(
+        self,
+        config: DeliveryConfig,
+        *,
+        connection: ConnectionSource | None = None,
+        ttl: float = CACHE_SEC,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.database = ConfigDatabase(config.namespace, connection=connection, ttl=ttl, clock=clock)
+        self.local = LocalConfigFile(config.phorge_local_config, clock=clock) if config.phorge_local_config else None
+        self._lock = threading.Lock()
+        self._cached: tuple[tuple[LocalRead | None, dict[str, Any] | None], PhorgeConfig] | None = None
+        self._reported: dict[str, tuple[str, str]] = {}
+
+    def current(self) -> PhorgeConfig:
+        local = None if self.local is None else self.local.read()
+        database = self.database.values()
+        cached = self._cached
+        if cached is not None and cached[0][0] is local and cached[0][1] is database:
+            return cached[1]  # both sources hand back the same objects until they change
+        resolved = resolve(self.config, local, database, self.database.table)
+        self._cached = ((local, database), resolved)
+        self._report(resolved)
+        return resolved
+
+    def silent(self) -> bool | None:
+        """For Dispatcher(silent=...): True, False, or None when unknown."""
+        return self.current().silent.value
+
+    def blacklist(self) -> tuple[IPNetwork, ...]:
+        """For Dispatcher(blacklist=...)."""
+        return self.current().blacklist.value
+
+    def _report(self, resolved: PhorgeConfig) -> None:
+        with self._lock:
+            for option, shown, where in resolved.summary():
+                line = (shown, where.describe())
+                if self._reported.get(option) != line:
+                    self._reported[option] = line
+                    logger.info(
+                        f"Phorge setting in force: {option} = {shown}, from {where.describe()}",
+                        extra={"option": option, "source": where.source},
+                    )
