@@ -108,9 +108,13 @@ def free_port() -> int:
 
 
 def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """The documented production environment: DEBUG unset, a long random key, real host names."""
+    """The documented production environment: DEBUG unset, a long random key, real host names, Phorge's
+    local.json given (as `bin/config set` leaves it)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("GORGE_", "DJANGO_", "DEBUG"))}
+    local = tmp_path / "local.json"
+    local.write_text('{\n    "mysql.host": "db",\n    "phabricator.base-uri": "https://phorge.example.org/"\n}\n')
     env.update(
+        GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG=str(local),
         DJANGO_SETTINGS_MODULE="gorge_site.settings",
         GORGE_ENV_FILE="/dev/null",
         SECRET_KEY=secrets.token_urlsafe(50),
