@@ -435,7 +435,7 @@ def test_metrics_read_phorge_at_most_once_per_few_seconds(phorge: Phorge, client
 
 def test_nat64_and_6to4_addresses_are_judged_by_the_ipv4_address_they_reach() -> None:
     from webhook_delivery.config import default_blacklist, parse_blacklist
-    from webhook_delivery.netguard import ipv6_gaps, is_blocked
+    from webhook_delivery.netguard import is_blocked, local_gaps
 
     default = default_blacklist()
     public, private = "93.184.216.34", "10.1.2.3"
@@ -449,8 +449,15 @@ def test_nat64_and_6to4_addresses_are_judged_by_the_ipv4_address_they_reach() ->
     assert is_blocked(ipaddress.ip_address("fd00::1"), default)
     ipv4_only = parse_blacklist("10.0.0.0/8,127.0.0.0/8,169.254.0.0/16")
     assert is_blocked(ipaddress.ip_address("64:ff9b::a00:1"), ipv4_only)  # 10.0.0.1 through NAT64
-    assert ipv6_gaps(ipv4_only) == ["loopback ::1/128", "unique-local fc00::/7", "link-local fe80::/10"]
-    assert ipv6_gaps(default) == [] and ipv6_gaps(()) == []
+    assert local_gaps(ipv4_only) == [
+        "this host 0.0.0.0/8",
+        "unspecified ::/128",
+        "loopback ::1/128",
+        "IPv4-mapped ::ffff:0:0/96",
+        "unique-local fc00::/7",
+        "link-local fe80::/10",
+    ]
+    assert local_gaps(default) == [] and local_gaps(()) == []
 
 
 def test_an_ipv4_only_blacklist_is_warned_about_at_start_up() -> None:
@@ -462,6 +469,24 @@ def test_an_ipv4_only_blacklist_is_warned_about_at_start_up() -> None:
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert "gorge.W002" in output and "fc00::/7" in output and "fe80::/10" in output and "::1/128" in output
+    assert "this host 0.0.0.0/8" in output and "unspecified ::/128" in output
+
+
+def test_the_example_blacklist_blocks_every_way_to_this_host_and_a_blank_value_is_an_error() -> None:
+    from webhook_delivery.config import load_config, parse_blacklist
+    from webhook_delivery.netguard import is_blocked, local_gaps
+
+    line = next(
+        line for line in (ROOT / ".env.example").read_text().splitlines() if "GORGE_WEBHOOK_OUTBOUND_BLACKLIST=" in line
+    )
+    example = parse_blacklist(line.split("=", 1)[1])
+    for address in ["0.0.0.0", "0.1.2.3", "127.0.0.1", "::", "::1", "::ffff:127.0.0.1", "::ffff:0.0.0.0", "fe80::1"]:
+        assert is_blocked(ipaddress.ip_address(address), example), address
+    assert local_gaps(example) == []
+    blank = load_config({"GORGE_WEBHOOK_OUTBOUND_BLACKLIST": "  \t "})
+    assert [e.variable for e in blank.errors] == ["GORGE_WEBHOOK_OUTBOUND_BLACKLIST"]
+    assert "only blanks" in blank.errors[0].message
+    assert load_config({"GORGE_WEBHOOK_OUTBOUND_BLACKLIST": ""}).errors == ()
 
 
 # -- 11. IDNA 2008, and every permitted address tried in turn -----------------------------------------------------

@@ -10,7 +10,7 @@ from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 
 from .config import DeliveryConfig
-from .netguard import ipv6_gaps
+from .netguard import local_gaps
 from .phorge_config import LocalConfigFile
 
 
@@ -26,15 +26,17 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 id="gorge.W001",
             )
         )
-    open_ranges = ipv6_gaps(config.outbound_blacklist)
+    open_ranges = local_gaps(config.outbound_blacklist)
     if open_ranges:
         messages.append(
             checks.Warning(
-                "GORGE_WEBHOOK_OUTBOUND_BLACKLIST has no IPv6 entry for "
+                "GORGE_WEBHOOK_OUTBOUND_BLACKLIST leaves open "
                 + ", ".join(open_ranges)
-                + ": hooks whose host resolves there are called (Phorge resolves IPv4 only, we also check "
-                "AAAA records)",
-                hint="add ::1/128, fc00::/7 and fe80::/10, as Phorge's default list has",
+                + ": hooks whose host is or resolves there are called, and these reach this host or its "
+                "private networks (we check AAAA records too)",
+                hint="add "
+                + ", ".join(gap.rsplit(" ", 1)[1] for gap in open_ranges)
+                + ", as Phorge's default list has",
                 id="gorge.W002",
             )
         )

@@ -208,21 +208,26 @@ def is_blocked(address: IPAddress, blacklist: Sequence[IPNetwork]) -> bool:
     )
 
 
-IPV6_PRIVATE = (
+LOCAL_RANGES = (
+    ("this host", ipaddress.IPv4Network("0.0.0.0/8")),  # connect() to 0.0.0.0 reaches the local host
+    ("loopback", ipaddress.IPv4Network("127.0.0.0/8")),
+    ("unspecified", ipaddress.IPv6Network("::/128")),  # and [::] as well
     ("loopback", ipaddress.IPv6Network("::1/128")),
+    ("IPv4-mapped", ipaddress.IPv6Network("::ffff:0:0/96")),
     ("unique-local", ipaddress.IPv6Network("fc00::/7")),
     ("link-local", ipaddress.IPv6Network("fe80::/10")),
 )
 
 
-def ipv6_gaps(blacklist: Sequence[IPNetwork]) -> list[str]:
-    """The private IPv6 ranges a non-empty list leaves open (a list copied from IPv4-only settings)."""
+def local_gaps(blacklist: Sequence[IPNetwork]) -> list[str]:
+    """The ranges that reach this host or its private networks which a non-empty list leaves open (a list
+    written from memory, or copied from IPv4-only settings)."""
     if not blacklist:
         return []
     return [
         f"{label} {network}"
-        for label, network in IPV6_PRIVATE
-        if not any(entry.version == 6 and network.subnet_of(entry) for entry in blacklist)
+        for label, network in LOCAL_RANGES
+        if not any(entry.version == network.version and network.subnet_of(entry) for entry in blacklist)  # type: ignore[arg-type]
     ]
 
 

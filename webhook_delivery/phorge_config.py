@@ -22,6 +22,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from .config import DeliveryConfig, IPNetwork, parse_blacklist
 from .herald import text
+from .netguard import local_gaps
 from .phorge_lookups import CACHE_SEC, ConnectionSource, _default_connection, _NoAccessError, _select, qualified
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,8 @@ class PhorgeConfig:
         silent = "unknown" if self.silent.value is None else "on" if self.silent.value else "off"
         ranges = len(self.blacklist.value)
         blacklist = f"{ranges} range{'s' if ranges != 1 else ''}" if ranges else "empty (every address allowed)"
+        if gaps := local_gaps(self.blacklist.value):
+            blacklist += f", leaving open {', '.join(gaps)}"
         retention = self.retention.value
         kept = (
             "forever"
