@@ -7,6 +7,7 @@ GORGE_CONFIG_ERRORS and reported by the system check (manage.py check, deliver_w
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -58,6 +59,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "webhook_delivery",
     "webhook_delivery.status",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -69,6 +71,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "gorge_site.urls"
@@ -160,6 +163,27 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = _behind_tls
 SECURE_HSTS_PRELOAD = False
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+
+# Login throttling (django-axes): a username tried from one client address is locked for 15 minutes after
+# 5 wrong passwords. Behind proxies, the client is the address the nearest GORGE_TRUSTED_PROXIES proxies
+# saw (X-Forwarded-For from the right); without proxies, the socket's peer.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_CLIENT_IP_CALLABLE = "gorge_site.client_ip.client_ip"
+_proxies_raw = os.environ.get("GORGE_TRUSTED_PROXIES", "").strip()
+GORGE_TRUSTED_PROXIES = 1 if _behind_tls else 0
+if _proxies_raw:
+    if _proxies_raw.isascii() and _proxies_raw.isdigit() and int(_proxies_raw) <= 10:
+        GORGE_TRUSTED_PROXIES = int(_proxies_raw)
+    else:
+        _errors.append(
+            ConfigError("GORGE_TRUSTED_PROXIES", f"expected a whole number from 0 to 10, got {_proxies_raw!r}")
+        )
+
 # HSTS preload would commit the whole domain to browsers' preload lists: the site owner's call, not ours.
 SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
