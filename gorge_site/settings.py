@@ -64,6 +64,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "gorge_site.security_headers.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -80,7 +81,7 @@ WSGI_APPLICATION = "gorge_site.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "gorge_site" / "templates"],  # admin/base_site.html: the icon on every page
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -150,6 +151,7 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = DEBUG
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "admin:login"
+LOGIN_REDIRECT_URL = "webhook_delivery:dashboard"  # where a login lands when its next= is refused
 
 # Behind a TLS-terminating proxy (the documented deployment), these make check --deploy pass.
 _behind_tls = _flag("GORGE_BEHIND_TLS_PROXY", not DEBUG)

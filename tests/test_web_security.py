@@ -1,0 +1,31 @@
+"""Every response carries a Content-Security-Policy, and a login whose next= is refused lands on the
+dashboard, not on a 404."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from gorge_site.security_headers import POLICY
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("path", ["/", "/admin/login/", "/healthz", "/api/webhook/stats", "/no-such-page"])
+def test_every_response_carries_the_policy(client: Client, path: str) -> None:
+    policy = client.get(path)["Content-Security-Policy"]
+    assert policy == POLICY
+    assert "script-src 'self'" in policy and "'unsafe-inline'" not in policy.split("script-src", 1)[1].split(";")[0]
+    assert "frame-ancestors 'none'" in policy and "object-src 'none'" in policy
+
+
+@pytest.mark.parametrize("next_url", ["https://evil.example/", "//evil.example/x", "javascript:alert(1)"])
+def test_a_refused_next_lands_on_the_dashboard(client: Client, django_user_model: Any, next_url: str) -> None:
+    django_user_model.objects.create_superuser("root-ish", password="pw-root-ish-1")
+    response = client.post(
+        f"/admin/login/?next={next_url}", {"username": "root-ish", "password": "pw-root-ish-1", "next": next_url}
+    )
+    assert response.status_code == 302
+    assert response["Location"] == "/"
