@@ -73,7 +73,11 @@ def test_hook_page_shows_success_latency_outcomes_and_the_breaker(admin_client: 
     assert "p50 50 ms · p95 95 ms · p99 99 ms" in text
     assert "95.0 % 190 of 200 attempts" in text
     assert "p50 100 ms · p95 1090 ms · p99 1098 ms" in text
-    assert "HTTP 200 okay 190" in text and "HTTP 503 fail 10" in text and "Hook error: Invalid URI none 3" in text
+    assert (
+        "HTTP 200 (success) okay 190" in text
+        and "HTTP 503 fail 10" in text
+        and "Hook error: Invalid URI none 3" in text
+    )
     assert html.count('data-result="') == 50  # the 50 most recent attempts
     assert "203 attempts on record" in text
     assert len(re.findall(r'<table id="breaker">.*?</table>', html, re.S)[0].split("<tr>")) == 3  # head + 1 row

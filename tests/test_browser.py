@@ -173,3 +173,21 @@ def test_from_the_dashboard_to_a_hook_and_a_request_in_chromium(
     page.wait_for_url(f"{live_server.url}/hooks/{broken}/")
     assert "0.0 %" in page.inner_text("#success-3600")
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+
+
+def test_no_page_asks_for_a_favicon_in_chromium(
+    live_server: Any, phorge: Phorge, django_user_model: Any, chromium: Any
+) -> None:
+    hook = phorge.hook("http://127.0.0.1:9/icon", name="Icon hook")
+    request = phorge.request(hook)
+    django_user_model.objects.create_superuser("operator", password="pw-operator-1")
+    asked: list[str] = []
+    page = chromium.new_page()
+    page.on("request", lambda r: asked.append(r.url) if "favicon" in r.url else None)
+    log_in(page, live_server.url, "operator", "pw-operator-1")  # the login page, then the dashboard
+    for path in (f"/hooks/{hook}/", f"/requests/{request}/", "/admin/webhook_delivery/heraldwebhookrequest/"):
+        page.goto(f"{live_server.url}{path}")
+        icon = page.locator('link[rel="icon"]')
+        assert icon.count() == 1 and (icon.get_attribute("href") or "").startswith("data:image/svg+xml,"), path
+    page.wait_for_timeout(300)
+    assert asked == []

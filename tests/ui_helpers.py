@@ -6,11 +6,13 @@ import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
 
 from tests.helpers import Phorge, random_phid
+from webhook_delivery.status.models import DeliveryAttempt
 
 PHP_FLAGS = {"retry": "never", "transactionPHIDs": [], "triggerPHIDs": [], "silent": False, "secure": False}
 
@@ -65,10 +67,32 @@ class BulkState:
     rows: int
 
 
+def logged_attempt(
+    request: str, hook: str, *, ended: int, result: str, code: int | str, error_type: str = "http"
+) -> DeliveryAttempt:
+    """An attempt-log row of this service that ended at `ended` (epoch) after 50 ms (not saved)."""
+    status = {"okay": "sent", "fail": "failed"}.get(result, "failed")
+    return DeliveryAttempt(
+        request_phid=request,
+        hook_phid=hook,
+        object_phid="PHID-TASK-aaaaaaaaaaaaaaaaaaaa",
+        started_at=datetime.fromtimestamp(ended - 0.05, UTC),
+        duration_ms=50.0,
+        status=status,
+        result=result,
+        error_type=error_type,
+        error_code=str(code),
+        http_status=int(code) if str(code).isdigit() and error_type == "http" else None,
+        response_bytes=2,
+        worker_id="seed-host:1:abcdef",
+    )
+
+
 def seed_bulk(
     phorge: Phorge, *, rows: int = 4000, hooks: int = 6, seed: int = 7, spread_sec: int = 7 * 86400
 ) -> BulkState:
-    """A busy site's retained history: mostly sent, some failed, a small queue; one hook keeps failing."""
+    """A busy site's retained history: mostly sent, some failed, a small queue; one hook keeps failing.
+    Each attempted row's last attempt is in this service's attempt log too (the dashboard chart's source)."""
     rng = random.Random(seed)
     now = phorge.now()
     phids = [phorge.hook(f"http://127.0.0.1:9/bulk{i}", name=f"bulk hook {i}") for i in range(hooks)]
@@ -102,6 +126,14 @@ def seed_bulk(
         )
         cursor.execute("ANALYZE TABLE herald_webhookrequest")
         cursor.fetchall()
+    DeliveryAttempt.objects.bulk_create(
+        [
+            logged_attempt(phid, hook, ended=epoch, result=result, code=json.loads(props).get("errorCode", ""))
+            for phid, hook, _object, _status, props, result, epoch, *_dates in values
+            if epoch and result in ("okay", "fail")
+        ],
+        batch_size=1000,
+    )
     return BulkState(now=now, hooks=phids, failing=failing, rows=rows)
 
 

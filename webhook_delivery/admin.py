@@ -48,6 +48,15 @@ def _when(epoch: int) -> str:
     return utc(epoch) or "-"
 
 
+def error_text(error_type: str, error_code: object) -> str:
+    """errorType / errorCode as stored, except that a 2xx answer (Phorge files it there too) reads as the
+    success it is."""
+    code = str(error_code)
+    if error_type == "http" and code.isdigit() and 200 <= int(code) < 300:
+        return f"HTTP {code} (success)"
+    return f"{error_type} / {code}"
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     actions = None
     show_full_result_count = False
@@ -215,7 +224,7 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
         properties = self._properties(obj) or {}
         if "errorType" not in properties:
             return "-"
-        return f"{properties['errorType']} / {properties.get('errorCode', '')}"
+        return error_text(str(properties["errorType"]), properties.get("errorCode", ""))
 
     @admin.display(description="properties")
     def decoded_properties(self, obj: HeraldWebhookRequest) -> str:

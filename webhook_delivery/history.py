@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, Q
-from django.db.models.functions import Round
+from django.db.models.functions import Round, TruncMinute
 
-from .herald import RequestResult
+from .herald import RequestResult, RequestRow, RequestStatus
 from .status.models import BreakerEvent, DeliveryAttempt
 
 HOUR = timedelta(hours=1)
@@ -24,6 +24,9 @@ DAY = timedelta(days=1)
 RECENT_ATTEMPTS = 50
 BREAKER_EVENTS = 20
 TIMELINE = 200
+CHART_HOURS = 6
+CHART_STEP_SEC = 60  # one bar per minute: TruncMinute below
+MATCH_SEC = 2  # the worker's clock against the database clock that stamped Phorge's row
 
 
 @dataclass(frozen=True)
@@ -145,3 +148,72 @@ def latency_by_hook(
     for row in rows:
         histograms.setdefault(row["hook_phid"], {})[round(float(row["ms"]))] = row["n"]
     return {phid: latency(histogram) for phid, histogram in histograms.items()}
+
+
+# -- the dashboard chart ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeliverySeries:
+    """This service's HTTP attempts per minute by result, from the attempt log: a retried request counts
+    each attempt, so a failure stays drawn after the request is sent. Phorge's PHP worker is not in it."""
+
+    start: int  # epoch of the first bucket
+    step: int
+    sent: tuple[int, ...]
+    failed: tuple[int, ...]
+
+    @property
+    def hours(self) -> int:
+        return len(self.sent) * self.step // 3600
+
+
+def delivery_series(now: int, *, hours: int = CHART_HOURS) -> DeliverySeries:
+    """One grouped query on the (started_at, result) index: at most two rows per minute of the window,
+    however many attempts it holds."""
+    buckets = hours * 3600 // CHART_STEP_SEC
+    first = now // CHART_STEP_SEC - buckets + 1
+    sent, failed = [0] * buckets, [0] * buckets
+    rows = (
+        DeliveryAttempt.objects.filter(
+            started_at__gte=datetime.fromtimestamp(first * CHART_STEP_SEC, UTC),
+            result__in=[RequestResult.OKAY, RequestResult.FAIL],
+        )
+        .annotate(minute=TruncMinute("started_at"))
+        .values("result", "minute")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in rows:
+        index = int(row["minute"].timestamp()) // CHART_STEP_SEC - first
+        if 0 <= index < buckets:
+            (sent if row["result"] == RequestResult.OKAY else failed)[index] += row["n"]
+    return DeliverySeries(first * CHART_STEP_SEC, CHART_STEP_SEC, tuple(sent), tuple(failed))
+
+
+# -- who wrote Phorge's last result -------------------------------------------------------------------
+
+
+def last_result_is_ours(row: RequestRow) -> bool | None:
+    """Whether an attempt of this service wrote the row's last result (status, result, errorType/Code);
+    None when the row holds no result yet (never tried, under a claim, or requeued).
+
+    An attempt with a call is ours when one of ours with the same result ended within MATCH_SEC of
+    lastRequestEpoch. A failure without a call leaves lastRequestEpoch = 0 and dates itself in
+    dateModified, which the claim and the write may each have pushed a second past the clock.
+    """
+    settled = row.status != RequestStatus.QUEUED
+    if not settled and row.last_result != RequestResult.FAIL:
+        return None
+    at, early = (row.last_epoch, MATCH_SEC) if row.last_epoch else (row.date_modified, MATCH_SEC + 2)
+    latest = datetime.fromtimestamp(at + MATCH_SEC, UTC)
+    candidates = (
+        DeliveryAttempt.objects.filter(request_phid=row.phid, result=row.last_result, started_at__lte=latest)
+        .order_by("-started_at")
+        .values_list("started_at", "duration_ms")[:20]
+    )
+    for started, duration_ms in candidates:
+        ended = started.timestamp() + duration_ms / 1000
+        if at - early <= ended <= at + MATCH_SEC:
+            return True
+    return False

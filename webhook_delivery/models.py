@@ -58,8 +58,8 @@ class WithoutSecretsManager(ReadOnlyManager):
 
 
 class HeraldWebhook(ReadOnlyModel):
-    id = models.AutoField(primary_key=True)
-    phid = BinaryTextField(max_length=64, unique=True)
+    id = models.AutoField(primary_key=True, verbose_name="ID")
+    phid = BinaryTextField(max_length=64, unique=True, verbose_name="PHID")
     name = models.CharField(max_length=128)
     webhook_uri = models.TextField(db_column="webhookURI")
     view_policy = BinaryTextField(max_length=64, db_column="viewPolicy")
@@ -82,10 +82,10 @@ class HeraldWebhook(ReadOnlyModel):
 
 
 class HeraldWebhookRequest(ReadOnlyModel):
-    id = models.AutoField(primary_key=True)
-    phid = BinaryTextField(max_length=64, unique=True)
-    webhook_phid = BinaryTextField(max_length=64, db_column="webhookPHID")
-    object_phid = BinaryTextField(max_length=64, db_column="objectPHID")
+    id = models.AutoField(primary_key=True, verbose_name="ID")
+    phid = BinaryTextField(max_length=64, unique=True, verbose_name="PHID")
+    webhook_phid = BinaryTextField(max_length=64, db_column="webhookPHID", verbose_name="webhook PHID")
+    object_phid = BinaryTextField(max_length=64, db_column="objectPHID", verbose_name="object PHID")
     status = models.CharField(max_length=32, choices=RequestStatus.choices)
     properties = models.TextField()
     last_request_result = models.CharField(max_length=32, db_column="lastRequestResult", choices=RequestResult.choices)

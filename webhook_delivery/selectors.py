@@ -30,17 +30,16 @@ from django.db import DatabaseError, connections, transaction
 
 from .config import PHORGE_ALIAS, DeliveryConfig
 from .herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRow, text
+from .history import DeliverySeries, delivery_series
 from .payload import phid_get_type
 from .phorge_config import PhorgeConfig, PhorgeSettings
-from .phorge_lookups import PhpWorkerGuard
+from .phorge_lookups import WEBHOOK_TASK_CLASS, PhpWorkerGuard, qualified
 from .phpjson import UndecodableProperties, decode_properties
 from .state import PhpDeliveryState
 from .status.models import WorkerHeartbeat
 
 WORKER_ALIVE_SEC = 30
 WORKERS_SHOWN_FOR = timedelta(days=1)
-CHART_HOURS = 6
-CHART_STEP_SEC = 60
 RECENT_FAILURES = 20
 HOOKS_SHOWN = 200
 PENDING_RESULTS = "lastRequestResult IN ('none', 'fail')"
@@ -414,45 +413,6 @@ def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> Q
     )
 
 
-# -- deliveries over time ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeliverySeries:
-    """Attempts per minute by their written result. A retried request shows only its latest attempt."""
-
-    start: int  # epoch of the first bucket
-    step: int
-    sent: tuple[int, ...]
-    failed: tuple[int, ...]
-
-    @property
-    def hours(self) -> int:
-        return len(self.sent) * self.step // 3600
-
-
-@_uncommitted_reads
-def delivery_series(hook_phids: Sequence[str], now: int, *, hours: int = CHART_HOURS) -> DeliverySeries:
-    buckets = hours * 3600 // CHART_STEP_SEC
-    first = now // CHART_STEP_SEC - buckets + 1
-    sent, failed = [0] * buckets, [0] * buckets
-    if hook_phids:
-        dialect = _dialect()
-        minute = "lastRequestEpoch DIV 60" if dialect.is_mysql else "lastRequestEpoch / 60"
-        where, params = _hook_filter(hook_phids)
-        rows = _fetch(
-            f"SELECT lastRequestResult, {minute} AS minute, COUNT(*) FROM {dialect.requests_by_result} "
-            f"WHERE {where} AND lastRequestResult IN ('okay', 'fail') AND lastRequestEpoch >= %(since)s "
-            "GROUP BY lastRequestResult, minute",
-            {**params, "since": first * CHART_STEP_SEC},
-        )
-        for result, bucket, count in rows:
-            index = _int(bucket) - first
-            if 0 <= index < buckets:
-                (sent if text(result) == "okay" else failed)[index] += _int(count)
-    return DeliverySeries(first * CHART_STEP_SEC, CHART_STEP_SEC, tuple(sent), tuple(failed))
-
-
 # -- recent failures ---------------------------------------------------------------------------------
 
 
@@ -685,6 +645,38 @@ def php_delivery_state() -> PhpDeliveryState:
         return {"state": "unknown", "detail": "Phorge's worker database is unreachable"}
 
 
+def due_left_to_php(health: QueueHealth, config: DeliveryConfig) -> int | None:
+    """How many of the due requests have a live HeraldWebhookWorker task (the worker leaves those to PHP);
+    None when Phorge's worker queue cannot be read.
+
+    One query, driven by the task table's `taskClass` key (a handful of rows once PHP stops delivering)
+    into herald_webhookrequest's `key_phid` (the join order is forced: as a semi-join the optimizer would
+    rather scan the requests). The derived table keeps the two tables' dateModified apart.
+    """
+    if not health.due_now:
+        return 0
+    dialect = _dialect()
+    tasks = qualified(config.namespace, "worker", "worker_activetask")
+    join = "STRAIGHT_JOIN" if dialect.is_mysql else "JOIN"
+    where, params = _hook_filter(health.hook_phids)
+    try:
+        rows = _fetch(
+            f"SELECT COUNT(*) FROM (SELECT DISTINCT objectPHID FROM {tasks} WHERE taskClass = %(task_class)s) AS t "
+            f"{join} {REQUESTS} ON phid = t.objectPHID "
+            f"WHERE {where} AND {PENDING_RESULTS} AND {dialect.due_sql('%(now)s')}",
+            {
+                **params,
+                "task_class": WEBHOOK_TASK_CLASS,
+                "now": health.now,
+                "lease": config.claim_lease_sec,
+                "retry": config.retry_backoff_sec,
+            },
+        )
+    except DatabaseError:
+        return None
+    return _int(rows[0][0])
+
+
 # -- readiness and the dashboard ---------------------------------------------------------------------
 
 
@@ -700,6 +692,8 @@ class Dashboard:
     failures: list[RecentFailure]
     workers: list[WorkerStatus]
     php: PhpDeliveryState
+    due_left_to_php: int | None = None  # read only while Phorge's PHP worker is active
+    attempt_log: bool = True  # the chart draws this service's attempts: none are kept when the log is off
     phorge_uri: str | None = None  # phabricator.base-uri, for links into Phorge's pages
     settings: PhorgeConfig | None = None  # Phorge's own switches in force; None: its database is unreachable
 
@@ -723,12 +717,15 @@ class Dashboard:
 def dashboard(config: DeliveryConfig) -> Dashboard:
     health = queue_health(config)
     resolved = phorge_settings()
+    php = php_delivery_state()
     return Dashboard(
         health=health,
-        series=delivery_series(health.hook_phids, health.now),
+        series=delivery_series(health.now),
         failures=recent_failures(health),
         workers=workers(),
-        php=php_delivery_state(),
+        php=php,
+        due_left_to_php=due_left_to_php(health, config) if php["state"] == "active" else None,
+        attempt_log=config.attempt_log,
         phorge_uri=None if resolved is None else resolved.base_uri.value,
         settings=resolved,
     )

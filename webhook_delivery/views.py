@@ -82,16 +82,32 @@ def request_page(request: HttpRequest, phid: str) -> HttpResponse:
     attempts = history.request_attempts(phid)
     if row is None and not attempts:
         raise Http404("no such request")
+    config = settings.GORGE_WEBHOOK
     context = {
         **_context(request),
         "phid": phid,
         "detail": row,
         "attempts": attempts,
+        "writer": _last_result_writer(row, attempt_log=config.attempt_log),
+        "match_sec": history.MATCH_SEC,
         "hook_phid": row.row.webhook_phid if row else attempts[0].hook_phid,
         "phorge_uri": base,
-        "retention": settings.GORGE_WEBHOOK,
+        "retention": config,
     }
     return render(request, "webhook_delivery/request.html", context)
+
+
+def _last_result_writer(detail: selectors.RequestDetail | None, *, attempt_log: bool) -> str:
+    """Who wrote the row's last result: "ours", "php" (Phorge's PHP worker, or this service before its
+    log kept the attempt), "none" (no result yet) or "unknown" (no log to compare with)."""
+    if detail is None:
+        return "none"
+    ours = history.last_result_is_ours(detail.row)
+    if ours is None:
+        return "none"
+    if ours:
+        return "ours"
+    return "php" if attempt_log else "unknown"
 
 
 @require_safe

@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
-from ..admin import ReadOnlyAdmin
+from ..admin import ReadOnlyAdmin, error_text
 from .models import DeliveryAttempt, WorkerHeartbeat
 
 
@@ -55,9 +55,9 @@ class DeliveryAttemptAdmin(ReadOnlyAdmin):
             obj.request_phid,
         )
 
-    @admin.display(description="error")
+    @admin.display(description="outcome")
     def error(self, obj: DeliveryAttempt) -> str:
-        return f"{obj.error_type} / {obj.error_code}" if obj.error_type else "-"
+        return error_text(obj.error_type, obj.error_code) if obj.error_type else "-"
 
     @admin.display(description="duration")
     def duration(self, obj: DeliveryAttempt) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 from datetime import UTC, datetime
 
@@ -15,12 +16,22 @@ from .models import WorkerHeartbeat
 logger = logging.getLogger(__name__)
 
 
+WORKER_ID_MAX = WorkerHeartbeat._meta.get_field("worker_id").max_length or 200
+
+
+def worker_id(hostname: str, pid: int) -> str:
+    """`host:pid:suffix`, readable where it is shown; the random suffix keeps a restart that reuses the pid
+    (a container's pid 1) apart from the process before it. A long hostname is cut to fit the column."""
+    tail = f":{pid}:{secrets.token_hex(3)}"
+    return f"{hostname[: WORKER_ID_MAX - len(tail)]}{tail}"
+
+
 class Heartbeat:
     def __init__(self) -> None:
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.started_at = datetime.now(UTC)
-        self.worker_id = f"{self.hostname}:{self.pid}:{int(self.started_at.timestamp())}"
+        self.worker_id = worker_id(self.hostname, self.pid)
         self._failing = False
 
     def publish(self, state: WorkerState) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from django import template
 
 from ..herald import utc
-from ..selectors import DeliverySeries
+from ..history import DeliverySeries
 
 register = template.Library()
 
@@ -82,6 +82,8 @@ def error_label(error_type: str, error_code: str) -> str:
     if error_type == "timeout":
         return f"Timeout ({code})"
     if error_type == "http":
+        if code.isdigit() and 200 <= int(code) < 300:
+            return f"HTTP {code} (success)"  # Phorge files a success under errorType/errorCode too
         if code.isdigit() and int(code) >= 100:
             return f"HTTP {code}"
         reason = CURL_ERRORS.get(code)
@@ -128,7 +130,9 @@ def delivery_chart(series: DeliverySeries) -> dict[str, Any]:
     panels = []
     top = TOP
     for (title, css, values), height in zip(
-        (("Delivered", "sent", series.sent), ("Failed attempts", "failed", series.failed)), PANEL_HEIGHTS, strict=True
+        (("Delivered", "sent", series.sent), ("Failed attempts", "failed", series.failed)),
+        PANEL_HEIGHTS,
+        strict=True,
     ):
         peak = max(values, default=0)
         bottom = top + height
