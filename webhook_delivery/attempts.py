@@ -5,16 +5,24 @@ once a second and prunes the log now and then (by age, and by count per hook). I
 down, delivery goes on: the records that cannot be written are counted
 (`gorge_webhook_attempt_log_lost_total`), said once, and said again with the count when writing works
 again. A full queue drops records the same way rather than slow a delivery down.
+
+Records hold text from receivers and from Phorge's rows: each is first made storable in Django's database
+(`Storable`: no NUL, which PostgreSQL refuses; only characters the column's and the connection's character
+set hold on MySQL/MariaDB; no longer than the column). A batch that still fails is written again record by
+record, so one bad record costs only itself; and no exception ends the writer thread.
 """
 
 from __future__ import annotations
 
+import codecs
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Count
@@ -64,6 +72,127 @@ class AttemptRecord:
     response_prefix: str = ""
 
 
+# MySQL/MariaDB character sets as Python codecs. "bmp": utf8mb3 (three bytes at most). Sets not listed are
+# treated as ASCII: what is stored may lose characters, but it is stored.
+_MYSQL_CODECS = {
+    "utf8mb4": None,
+    "utf8mb3": "bmp",
+    "utf8": "bmp",
+    "ucs2": "bmp",
+    "utf16": None,
+    "utf16le": None,
+    "utf32": None,
+    "latin1": "cp1252",  # MySQL's latin1 is Windows-1252
+    "ascii": "ascii",
+    "binary": None,
+    "latin2": "iso8859_2",
+    "cp1250": "cp1250",
+    "cp1251": "cp1251",
+    "cp1256": "cp1256",
+    "cp1257": "cp1257",
+    "greek": "iso8859_7",
+    "hebrew": "iso8859_8",
+    "latin5": "iso8859_9",
+    "latin7": "iso8859_13",
+    "koi8r": "koi8_r",
+    "koi8u": "koi8_u",
+    "sjis": "shift_jis",
+    "cp932": "cp932",
+    "ujis": "euc_jp",
+    "eucjpms": "euc_jp",
+    "gbk": "gbk",
+    "gb2312": "gb2312",
+    "gb18030": None,
+    "big5": "big5",
+    "euckr": "euc_kr",
+    "tis620": "tis_620",
+}
+
+
+def _charset_codec(charset: str | None) -> str | None:
+    """The codec for a MySQL character set: None when it holds every character."""
+    if not charset:
+        return None
+    return _MYSQL_CODECS.get(charset.lower(), "ascii")
+
+
+def _fits(codec: str | None) -> Callable[[str], str]:
+    """A function keeping what `codec` can encode and replacing the rest (U+FFFD, or ? without it)."""
+    if codec is None:
+        return lambda text: text
+    if codec == "bmp":
+        return lambda text: "".join(c if ord(c) <= 0xFFFF else "\ufffd" for c in text)
+    codecs.lookup(codec)  # an unknown one fails here, once, not per record
+    try:
+        "\ufffd".encode(codec)
+        mark = "\ufffd"
+    except UnicodeEncodeError:
+        mark = "?"
+    return lambda text: "".join(c if _encodes(c, codec) else mark for c in text)
+
+
+def _encodes(char: str, codec: str) -> bool:
+    try:
+        char.encode(codec)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class Storable:
+    """Text made storable in Django's database, per column: NUL escaped (`\\x00`, PostgreSQL refuses it),
+    lone surrogates replaced (no driver can encode them), characters outside what the MySQL/MariaDB column
+    and connection hold replaced, and cut to the column's max_length."""
+
+    def __init__(self, model: Any, columns: Sequence[str], charsets: dict[str, str | None] | None = None) -> None:
+        charsets = charsets or {}
+        self._columns: dict[str, tuple[int | None, list[Callable[[str], str]]]] = {}
+        for column in columns:
+            field = model._meta.get_field(column)
+            if field.get_internal_type() not in ("CharField", "TextField"):
+                continue
+            filters = [_fits(_charset_codec(charset)) for charset in (charsets.get(column), charsets.get(""))]
+            self._columns[column] = (getattr(field, "max_length", None), filters)
+
+    @classmethod
+    def for_connection(cls, connection: Any, model: Any, columns: Sequence[str]) -> Storable:
+        if connection.vendor != "mysql":
+            return cls(model, columns)
+        charsets: dict[str, str | None] = {}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT COLUMN_NAME, CHARACTER_SET_NAME FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+                [model._meta.db_table],
+            )
+            charsets.update({str(name): charset for name, charset in cursor.fetchall()})
+            cursor.execute("SELECT @@character_set_connection")  # "" below: the connection's own set
+            charsets[""] = cursor.fetchone()[0]
+        return cls(model, columns, charsets)
+
+    def text(self, column: str, value: str) -> str:
+        spec = self._columns.get(column)
+        if spec is None or not isinstance(value, str):
+            return value
+        max_length, filters = spec
+        if "\x00" in value:
+            value = value.replace("\x00", "\\x00")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates
+                value = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+            for keep in filters:
+                value = keep(value)
+        return value if max_length is None else value[:max_length]
+
+    def row(self, columns: Iterable[str], values: Iterable[Any]) -> tuple[Any, ...]:
+        return tuple(self.text(column, value) for column, value in zip(columns, values, strict=True))
+
+
+BREAKER_COLUMNS = ("hook_phid", "worker_id")
+
+
 class AttemptLog:
     def __init__(self, config: DeliveryConfig, worker_id: str) -> None:
         self.config = config
@@ -76,6 +205,9 @@ class AttemptLog:
         self._failing_since: float | None = None
         self._lost_while_failing = 0
         self._pruned_at = 0.0
+        self._storable: tuple[Storable, Storable] | None = None  # (attempts, breaker events), once known
+        self._said_unstorable = False
+        self._said_crash = False
         self._thread.start()
 
     def record(self, attempt: AttemptRecord) -> None:
@@ -106,13 +238,22 @@ class AttemptLog:
             while True:
                 stopping = self._stop.wait(FLUSH_SEC)
                 while batch := self._take():
-                    self._write(batch)
+                    try:
+                        self._write(batch)
+                    except Exception:  # noqa: BLE001 - a bug of ours must not end the thread: those are lost
+                        self._lost(len(batch))
+                        self._say_crash()
                 if stopping:
                     break
                 if time.monotonic() - self._pruned_at > PRUNE_SEC:
                     self._prune()
         finally:
             connections["default"].close()
+
+    def _say_crash(self) -> None:
+        if not self._said_crash:
+            self._said_crash = True
+            logger.exception("attempt log: unexpected error writing records; they go unrecorded, writing goes on")
 
     def _take(self) -> list[AttemptRecord | BreakerEvent]:
         batch: list[AttemptRecord | BreakerEvent] = []
@@ -124,25 +265,78 @@ class AttemptLog:
         attempts = [item for item in batch if isinstance(item, AttemptRecord)]
         events = [item for item in batch if isinstance(item, BreakerEvent)]
         try:
-            if attempts:
-                self._insert(attempts)
-            BreakerEvent.objects.bulk_create(events)
-        except DatabaseError:
-            connections["default"].close()
-            self._lost(len(batch))
-            if self._failing_since is None:
-                self._failing_since = time.monotonic()
-                logger.error(
-                    "attempt log: Django's database cannot be written; delivery goes on, attempts go unrecorded",
-                    extra={"lost": len(batch)},
+            self._store(attempts, events)
+        except Exception:  # a record it cannot hold (ValueError with psycopg2), or an outage
+            self._storable = None  # read the columns' character sets again
+            stored, failed = self._one_by_one(attempts, events) if self._usable() else (0, len(batch))
+            if not stored:
+                self._down(len(batch))
+                return
+            self._lost(failed)
+            if failed and not self._said_unstorable:
+                self._said_unstorable = True
+                logger.exception(
+                    "attempt log: a record cannot be stored in Django's database even made storable; "
+                    "it goes unrecorded, the others are written (said once)",
+                    extra={"lost": failed},
                 )
-            return
         if self._failing_since is not None:
             logger.info("attempt log written again", extra={"lost": self._lost_while_failing})
             self._failing_since = None
             self._lost_while_failing = 0
 
-    def _insert(self, attempts: list[AttemptRecord]) -> None:
+    def _down(self, lost: int) -> None:
+        connections["default"].close()
+        self._lost(lost)
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            logger.error(
+                "attempt log: Django's database cannot be written; delivery goes on, attempts go unrecorded",
+                extra={"lost": lost},
+            )
+
+    def _usable(self) -> bool:
+        """Whether Django's database still answers (else a record-by-record retry only waits for timeouts)."""
+        connection = connections["default"]
+        try:
+            connection.ensure_connection()  # at most one connect attempt: a dead server fails it once
+            return bool(connection.is_usable())
+        except Exception:  # noqa: BLE001 - any failure to tell means: not usable
+            return False
+
+    def _one_by_one(self, attempts: list[AttemptRecord], events: list[BreakerEvent]) -> tuple[int, int]:
+        """Each record in its own transaction: (stored, lost). Stops, counting the rest lost, when the
+        database stops answering."""
+        stored = failed = 0
+        items: list[tuple[list[AttemptRecord], list[BreakerEvent]]] = [([a], []) for a in attempts]
+        items += [([], [e]) for e in events]
+        for index, (one_attempt, one_event) in enumerate(items):
+            try:
+                self._store(one_attempt, one_event)
+            except Exception:  # noqa: BLE001 - this record only
+                failed += 1
+                if not self._usable():
+                    return stored, failed + len(items) - index - 1
+                continue
+            stored += 1
+        return stored, failed
+
+    def _store(self, attempts: list[AttemptRecord], events: list[BreakerEvent]) -> None:
+        if self._storable is None:
+            connection = connections["default"]
+            self._storable = (
+                Storable.for_connection(connection, DeliveryAttempt, COLUMNS),
+                Storable.for_connection(connection, BreakerEvent, BREAKER_COLUMNS),
+            )
+        if attempts:
+            self._insert(attempts, self._storable[0])
+        if events:
+            storable = self._storable[1]
+            BreakerEvent.objects.bulk_create(
+                [replace_event(e, **{c: storable.text(c, getattr(e, c)) for c in BREAKER_COLUMNS}) for e in events]
+            )
+
+    def _insert(self, attempts: list[AttemptRecord], storable: Storable) -> None:
         """One executemany in one transaction: a quarter of bulk_create's CPU per row, and this thread
         competes for the GIL with the deliveries."""
         connection = connections["default"]
@@ -151,21 +345,24 @@ class AttemptLog:
         sql = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"
         when = connection.ops.adapt_datetimefield_value
         rows = [
-            (
-                a.request_phid,
-                a.hook_phid,
-                a.object_phid,
-                when(datetime.fromtimestamp(a.started_at, UTC)),
-                a.duration_ms,
-                a.status,
-                a.result,
-                a.error_type,
-                a.error_code,
-                a.http_status,
-                a.response_bytes,
-                a.redirects,
-                self.worker_id,
-                a.response_prefix,
+            storable.row(
+                COLUMNS,
+                (
+                    a.request_phid,
+                    a.hook_phid,
+                    a.object_phid,
+                    when(datetime.fromtimestamp(a.started_at, UTC)),
+                    a.duration_ms,
+                    a.status,
+                    a.result,
+                    a.error_type,
+                    a.error_code,
+                    a.http_status,
+                    a.response_bytes,
+                    a.redirects,
+                    self.worker_id,
+                    a.response_prefix,
+                ),
             )
             for a in attempts
         ]
@@ -179,6 +376,18 @@ class AttemptLog:
             prune(self.config)
         except DatabaseError:
             connections["default"].close()
+        except Exception:  # noqa: BLE001 - never the end of the writer thread
+            self._say_crash()
+
+
+def replace_event(event: BreakerEvent, **values: str) -> BreakerEvent:
+    """A copy of an unsaved BreakerEvent with `values` replaced."""
+    return BreakerEvent(
+        hook_phid=values.get("hook_phid", event.hook_phid),
+        entered_at=event.entered_at,
+        until=event.until,
+        worker_id=values.get("worker_id", event.worker_id),
+    )
 
 
 def prune(config: DeliveryConfig) -> int:

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from .delivery_id import OFF as DELIVERY_ID_OFF
+from .delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_BLACKLIST_FILE = Path(__file__).with_name("outbound-blacklist-default.json")
@@ -54,6 +57,7 @@ class DeliveryConfig:
     attempt_log_days: int = 7
     attempt_log_per_hook: int = 10_000
     attempt_log_body_bytes: int = 0
+    delivery_id_hooks: DeliveryIdHooks = DELIVERY_ID_OFF  # GORGE_WEBHOOK_DELIVERY_ID_HOOKS: off by default
 
     @property
     def lease_was_clamped(self) -> bool:
@@ -223,6 +227,12 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
     log_per_hook = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_PER_HOOK", 10_000, minimum=10, maximum=10_000_000)
     log_body = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_BODY_BYTES", 0, minimum=0, maximum=65_536)
 
+    try:
+        delivery_id_hooks = parse_delivery_id_hooks(r.raw("GORGE_WEBHOOK_DELIVERY_ID_HOOKS") or "")
+    except ValueError as exc:
+        r.errors.append(ConfigError("GORGE_WEBHOOK_DELIVERY_ID_HOOKS", str(exc)))
+        delivery_id_hooks = DELIVERY_ID_OFF
+
     minimum_lease = math.ceil(timeout) + LEASE_MARGIN_SEC
     delivery = DeliveryConfig(
         namespace=namespace,
@@ -245,5 +255,6 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         attempt_log_days=log_days,
         attempt_log_per_hook=log_per_hook,
         attempt_log_body_bytes=log_body,
+        delivery_id_hooks=delivery_id_hooks,
     )
     return LoadedConfig(delivery=delivery, phorge_database_url=url, errors=tuple(r.errors))

@@ -7,12 +7,14 @@ Outcome this returns.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from . import metrics, transport
 from .config import DeliveryConfig, IPNetwork
+from .delivery_id import HEADER as DELIVERY_ID_HEADER
 from .herald import Hook, RequestRow
 from .netguard import InvalidURI, Resolver, TemporaryDNSFailure, system_resolver
 from .outcomes import (
@@ -29,10 +31,17 @@ from .outcomes import (
 from .payload import build_payload, sign, transactions_newest_first
 
 logger = logging.getLogger(__name__)
+_HEADER_VALUE = re.compile(r"[\x21-\x7e]{1,255}")  # visible ASCII: a PHID, never a line break
 
 
 class UnsendableRequest(Exception):
     """The stored request cannot be turned into Phorge's payload: nothing was sent."""
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why, for the log: the exception's type and, shortened, its message."""
+    message = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 class SilentModeUnknown(Exception):
@@ -90,7 +99,10 @@ class Dispatcher:
                 first_hop = transport.check_uri(hook.uri, blacklist, self.resolver)
             except (TemporaryDNSFailure, TimeoutError) as exc:  # the deadline, from the claim, may be gone already
                 return from_http(transport.failure(exc), retry_forever=retries_forever(properties))
-            transactions = self.objects.transactions(row.object_phid, properties.get("transactionPHIDs"))
+            try:  # the stored transactionPHIDs are read here already (their order): bad ones are unsendable
+                transactions = self.objects.transactions(row.object_phid, properties.get("transactionPHIDs"))
+            except (TypeError, ValueError, RecursionError, OverflowError) as exc:
+                raise UnsendableRequest(f"no payload can be built: {_reason(exc)}") from exc
             if transactions is None:
                 return configuration_failure(INVALID_OBJECT)
             try:
@@ -110,6 +122,7 @@ class Dispatcher:
                 blacklist=blacklist,
                 resolver=self.resolver,
                 keep_body=self.config.attempt_log_body_bytes if self.config.attempt_log else 0,
+                extra_headers=self._delivery_id(row, hook),
             )
             metrics.ATTEMPT_SECONDS.observe(time.monotonic() - began)
         except InvalidURI as exc:
@@ -118,3 +131,11 @@ class Dispatcher:
         finally:
             transport.end_attempt()
         return from_http(http, retry_forever=retries_forever(properties))
+
+    def _delivery_id(self, row: RequestRow, hook: Hook) -> tuple[tuple[str, str], ...]:
+        """The opt-in `webhook-id` header: the request's PHID, the same on every retry and redelivery."""
+        if not self.config.delivery_id_hooks.applies_to(hook.phid):
+            return ()
+        if not _HEADER_VALUE.fullmatch(row.phid):  # a receiver that deduplicates must never get another id
+            raise UnsendableRequest(f"the request PHID cannot be sent as the {DELIVERY_ID_HEADER} header")
+        return ((DELIVERY_ID_HEADER, row.phid),)

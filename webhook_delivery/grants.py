@@ -1,27 +1,83 @@
 """The MariaDB/MySQL grants of the service's user (`manage.py print_grants`): the required ones and, each
-under a comment saying what is lost without it, the optional read-only ones."""
+under a comment saying what is lost without it, the optional read-only ones.
+
+The account is checked before any of it is written: the output is meant to be piped into `mariadb -u root`,
+so a user or host that could end a comment line or a string literal is refused, never escaped into SQL.
+"""
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 from .phorge_lookups import OBJECT_TABLES, qualified
+
+USER_MAX_CHARS = 128  # MariaDB 10.6+ (mysql.global_priv); MySQL allows 32, and says so itself
+HOST_MAX_CHARS = 255
+HOST_RE = re.compile(r"[A-Za-z0-9._%:/\-]+")  # names, IPv4/IPv6 addresses, netmasks and the % and _ wildcards
+
+
+class AccountError(ValueError):
+    """A user or host that cannot be written into the grants safely (or that no MariaDB account can have)."""
+
+
+def check_user(user: str) -> str:
+    """The MariaDB account user name, or AccountError saying why it is refused."""
+    if not user:
+        raise AccountError("the user name is empty (an anonymous account is never what gorge-webhook needs)")
+    if len(user) > USER_MAX_CHARS:
+        raise AccountError(f"the user name is {len(user)} characters long, MariaDB allows at most {USER_MAX_CHARS}")
+    for char in user:
+        if unicodedata.category(char)[0] == "C" or unicodedata.category(char) in {"Zl", "Zp"}:
+            raise AccountError(
+                f"the user name contains the control character {char!r} (U+{ord(char):04X}); "
+                "MariaDB account names cannot hold control characters"
+            )
+    return user
+
+
+def check_host(host: str) -> str:
+    """The host part of the account (a name, an address, a netmask or a % / _ pattern), or AccountError."""
+    if not host:
+        raise AccountError("the host is empty (use % for any host)")
+    if len(host) > HOST_MAX_CHARS:
+        raise AccountError(f"the host is {len(host)} characters long, MariaDB allows at most {HOST_MAX_CHARS}")
+    if not HOST_RE.fullmatch(host):
+        bad = next(char for char in host if not HOST_RE.fullmatch(char))
+        raise AccountError(
+            f"the host contains {bad!r}: expected a host name, an IP address or netmask, or a pattern "
+            "with % and _ (letters, digits and . - : / % _ only)"
+        )
+    return host
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _account(user: str, host: str) -> str:
-    def literal(text: str) -> str:
-        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-    return f"{literal(user)}@{literal(host)}"
+    return f"{_literal(check_user(user))}@{_literal(check_host(host))}"
 
 
 def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = True) -> str:
     """GRANT statements for this service's MariaDB/MySQL user, with what each optional one is for.
 
     Table-level grants: each table must exist (it does in any Phorge after `bin/storage upgrade`).
+    Raises ValueError for an invalid namespace and AccountError (a ValueError) for a refused user or host.
     """
+    qualified(namespace, "herald", "herald_webhook")  # checks the namespace before it is written anywhere
     account = _account(user, host)
     lines = [
-        f"-- MariaDB/MySQL grants for gorge-webhook (namespace {namespace!r}). Create the user first:",
+        f"-- MariaDB/MySQL grants for gorge-webhook (namespace '{namespace}'). Create the user first:",
         f"--   CREATE USER {account} IDENTIFIED BY '<password>';",
+    ]
+    if "\\" in user + host or "'" in user + host:
+        # The quotes are escaped with backslashes; under NO_BACKSLASH_ESCAPES they would end the string.
+        lines += [
+            "-- The account holds a quote or a backslash, escaped with backslashes: make sure they are read so.",
+            "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'NO_BACKSLASH_ESCAPES', '');",
+        ]
+    lines += [
         "-- Required: read hooks, claim requests and write their results.",
         f"GRANT SELECT ON {qualified(namespace, 'herald', 'herald_webhook')} TO {account};",
         f"GRANT SELECT, UPDATE ON {qualified(namespace, 'herald', 'herald_webhookrequest')} TO {account};",

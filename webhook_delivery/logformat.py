@@ -1,7 +1,8 @@
 """Log formatters: LOG_FORMAT=text (one line, fields as key=value) and LOG_FORMAT=json (one object a line).
 
 Both carry every field a log call passes (request and hook PHIDs, error type and code, reasons, counts);
-no call passes a URI or a key.
+no call passes a URI or a key. Fields can hold Phorge's text (a PHID is whatever the row holds): no control
+character of it reaches the line raw, in either format.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
+from typing import Any
+
+from .terminal import printable
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
@@ -25,7 +29,10 @@ def fields(record: logging.LogRecord) -> dict[str, object]:
 
 def _text_value(value: object) -> str:
     text = "-" if value is None else str(value)
-    return json.dumps(text) if not text or any(ch.isspace() or ch in '"=' for ch in text) else text
+    if not text or printable(text) != text or any(ch.isspace() or ch in '"=' for ch in text):
+        # JSON's escapes, all of ASCII; json.dumps leaves DEL (0x7f) raw.
+        return json.dumps(text).replace("\x7f", "\\u007f")
+    return text
 
 
 class TextFormatter(logging.Formatter):
@@ -35,9 +42,15 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
-        line = super().formatMessage(record)
+        line = printable(super().formatMessage(record))
         extra = " ".join(f"{key}={_text_value(value)}" for key, value in fields(record).items())
         return f"{line} {extra}" if extra else line
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return printable(super().formatException(ei), keep_newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+        return printable(super().formatStack(stack_info), keep_newlines=True)
 
 
 class JsonFormatter(logging.Formatter):

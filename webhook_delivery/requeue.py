@@ -59,30 +59,50 @@ class ErrorFilter:
 
 _RELATIVE = re.compile(r"(\d+)\s*([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+LATEST = int(datetime.max.replace(microsecond=0, tzinfo=UTC).timestamp())  # 9999-12-31 23:59:59 UTC
+_SHOWN = 40  # characters of a bad value repeated in its error
+
+
+def _shown(value: str) -> str:
+    text = value if len(value) <= _SHOWN else value[:_SHOWN] + "..."
+    return repr(text)  # repr(): no control character of the input reaches the terminal
 
 
 def parse_when(value: str, now: int) -> int:
     """A moment as unix seconds: `09:00` (today, UTC), `2026-12-01`, `2026-12-01T09:00` (UTC unless an offset
-    is given), or an age such as `90m`, `2h`, `3d`."""
+    is given), or an age such as `90m`, `2h`, `3d`. Anything before 1970 or after 9999 (UTC) is refused."""
     text = value.strip()
     relative = _RELATIVE.fullmatch(text)
+    out_of_range = RequeueError(
+        f"{_shown(value)} is out of range: a time must fall between 1970-01-01 and 9999-12-31 (UTC)"
+    )
     if relative:
-        return now - int(relative.group(1)) * _UNITS[relative.group(2)]
-    today = datetime.fromtimestamp(now, UTC)
-    try:
-        if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", text):
-            clock = datetime.strptime(text if text.count(":") == 2 else f"{text}:00", "%H:%M:%S")
-            moment = today.replace(hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
-        else:
-            moment = datetime.fromisoformat(text)
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=UTC)
-    except ValueError:
-        raise RequeueError(
-            f"{value!r} is not a time: use 09:00 (today, UTC), 2026-12-01T09:00 (UTC unless an offset is "
-            "given) or an age such as 90m, 2h, 3d"
-        ) from None
-    return int(moment.timestamp())
+        digits = relative.group(1).lstrip("0") or "0"
+        if len(digits) > len(str(LATEST)):  # int() of thousands of digits fails; far less is out of range
+            raise out_of_range
+        moment_sec = now - int(digits) * _UNITS[relative.group(2)]
+    else:
+        today = datetime.fromtimestamp(now, UTC)
+        try:
+            if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", text):
+                clock = datetime.strptime(text if text.count(":") == 2 else f"{text}:00", "%H:%M:%S")
+                moment = today.replace(hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
+            else:
+                moment = datetime.fromisoformat(text)
+                if moment.tzinfo is None:
+                    moment = moment.replace(tzinfo=UTC)
+        except ValueError:
+            raise RequeueError(
+                f"{_shown(value)} is not a time: use 09:00 (today, UTC), 2026-12-01T09:00 (UTC unless an offset "
+                "is given) or an age such as 90m, 2h, 3d"
+            ) from None
+        try:
+            moment_sec = int(moment.timestamp())
+        except (OverflowError, ValueError, OSError):
+            raise out_of_range from None
+    if not 0 <= moment_sec <= LATEST:
+        raise out_of_range
+    return moment_sec
 
 
 @dataclass(frozen=True)

@@ -252,9 +252,12 @@ def classify(exc: BaseException) -> HttpOutcome:
     return HttpOutcome("http", CURLE_RECV_ERROR)
 
 
-def _headers(target: Target, signature: str, body: bytes | None) -> dict[str, str]:
+def _headers(
+    target: Target, signature: str, body: bytes | None, extra: Sequence[tuple[str, str]] = ()
+) -> dict[str, str]:
     # Wire order of libcurl: Host, [Authorization], User-Agent, Accept, the caller's headers in call order,
-    # Accept-Encoding, Content-Length.
+    # Accept-Encoding, Content-Length. Our own (opt-in) headers come after Phorge's caller headers, as curl
+    # would place them had PHP set them last.
     headers: dict[str, str] = {}
     headers["Host"] = target.host_header
     if target.userinfo:
@@ -264,6 +267,8 @@ def _headers(target: Target, signature: str, body: bytes | None) -> dict[str, st
     headers["Accept"] = "*/*"
     headers["Content-Type"] = "application/json"
     headers[SIGNATURE_HEADER] = signature
+    for name, value in extra:
+        headers[name] = value
     headers["Accept-Encoding"] = "gzip"
     headers["Content-Length"] = str(len(body) if body else 0)
     return headers
@@ -322,9 +327,11 @@ def post(
     blacklist: Sequence[IPNetwork],
     resolver: Resolver,
     keep_body: int = 0,
+    extra_headers: Sequence[tuple[str, str]] = (),
 ) -> HttpOutcome:
     """POST `body` as Phorge does, within the deadline set by start_attempt; with `keep_body`, the final
-    answer's first bytes come back too (for the attempt log, when asked for).
+    answer's first bytes come back too (for the attempt log, when asked for). `extra_headers` (none unless
+    the administrator asks for the delivery id) follow Phorge's headers, on every hop.
 
     Raises InvalidURI when a redirect hop is refused.
     """
@@ -336,7 +343,7 @@ def post(
             if hop:
                 target, addresses = check_uri(current_uri, blacklist, resolver)
             _attempt.addresses = tuple(str(address) for address in addresses)  # tried in turn, like curl
-            response = _send_once(target, addresses[0], _headers(target, signature, payload), payload)
+            response = _send_once(target, addresses[0], _headers(target, signature, payload, extra_headers), payload)
             try:
                 size, kept = _drain(response, keep_body)
             except BaseException:

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webhook_delivery.config import PHORGE_ALIAS
-from webhook_delivery.grants import grants_sql
+from webhook_delivery.grants import AccountError, check_host, check_user, grants_sql
 
 
 class Command(BaseCommand):
@@ -23,7 +23,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         namespace = options["namespace"] or settings.GORGE_WEBHOOK.namespace
-        user = options["user"] or str(settings.DATABASES[PHORGE_ALIAS].get("USER") or "gorge_webhook")
+        if options["user"] is not None:
+            user, user_source = options["user"], "--user"
+        else:
+            user = str(settings.DATABASES[PHORGE_ALIAS].get("USER") or "gorge_webhook")
+            user_source = "the user of GORGE_WEBHOOK_DATABASE_URL (or GORGE_WEBHOOK_MYSQL_USER); pass --user"
+        # Each part of the account is checked here, where it comes in, and refused by name: the output is
+        # piped into `mariadb -u root`, so nothing that could end a comment or a string may reach it.
+        for value, source, check in ((user, user_source, check_user), (options["host"], "--host", check_host)):
+            try:
+                check(value)
+            except AccountError as exc:
+                raise CommandError(f"refusing {source}: {exc}; nothing was printed") from exc
         try:
             text = grants_sql(namespace, user, options["host"], optional=not options["required_only"])
         except ValueError as exc:

@@ -16,6 +16,7 @@ from webhook_delivery.phorge_lookups import PhorgeObjects
 from webhook_delivery.requeue import ErrorFilter, Plan, Requeue, RequeueError, parse_when
 from webhook_delivery.status.notices import announce
 from webhook_delivery.store import Store
+from webhook_delivery.terminal import printable
 
 logger = logging.getLogger("webhook_delivery.requeue")
 
@@ -25,6 +26,15 @@ LISTED = 200
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _when(option: str, value: str | None, now: int) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_when(value, now)
+    except RequeueError as exc:
+        raise RequeueError(f"{option} {exc}") from None
 
 
 class Command(BaseCommand):
@@ -52,14 +62,14 @@ class Command(BaseCommand):
             errors = [ErrorFilter.parse(value) for value in options["error"]]
             store = Store()
             now = store.db_now()
-            since = None if options["since"] is None else parse_when(options["since"], now)
-            until = None if options["until"] is None else parse_when(options["until"], now)
+            since = _when("--since", options["since"], now)
+            until = _when("--until", options["until"], now)
             config = settings.GORGE_WEBHOOK
             retention = PhorgeSettings(config).current().retention.value
             requeue = Requeue(store, retention, PhorgeObjects(config.namespace))
             plan = requeue.plan(options["hook"], since=since, until=until, errors=errors)
-        except RequeueError as exc:
-            raise CommandError(str(exc)) from None
+        except RequeueError as exc:  # may name a hook: its name is Phorge's text, escaped
+            raise CommandError(printable(str(exc))) from None
         except DatabaseError as exc:
             raise CommandError(
                 f"Phorge's database cannot be read ({type(exc).__name__}): nothing was changed"
@@ -96,7 +106,8 @@ class Command(BaseCommand):
         for candidate in plan.selected[:LISTED]:
             row = candidate.row
             error = f"{candidate.error_type}/{candidate.error_code}" if candidate.error_type else "-"
-            self.stdout.write(f"{row.id}\t{row.phid}\t{utc(candidate.failed_at)}\t{error}\t{candidate.hook_name}")
+            fields = (str(row.id), row.phid, utc(candidate.failed_at), error, candidate.hook_name)
+            self.stdout.write("\t".join(printable(field) for field in fields))  # Phorge's text: escaped
         if len(plan.selected) > LISTED:
             self.stdout.write(f"... and {len(plan.selected) - LISTED} more")
 
