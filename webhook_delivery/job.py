@@ -9,6 +9,8 @@ pool; the lock lives on the process's lock session.
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import enum
 import logging
 import threading
@@ -33,8 +35,35 @@ from .store import Store
 logger = logging.getLogger(__name__)
 
 WRITE_MARGIN_SEC = 2.0
+LARGE_AT_ONCE = 1  # requests with large properties in hand at once, per process: memory stays bounded
 PHP_TASK_RECHECK_SEC = 15  # PHP's own worker yields a busy hook for 15 s
 PHP_YOUNG_SEC = 3
+
+
+def _glibc() -> Any:
+    try:
+        libc = ctypes.CDLL(None)
+        libc.malloc_trim, libc.mallopt  # noqa: B018 - present only in glibc
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _glibc()
+M_ARENA_MAX = -8
+
+
+def limit_malloc_arenas(count: int = 2) -> None:
+    """glibc gives each thread its own malloc arena and keeps freed megabytes in it: with a hundred delivery
+    threads, every thread that once held a large request keeps its size. Call before the threads start."""
+    if _LIBC is not None:
+        _LIBC.mallopt(M_ARENA_MAX, count)
+
+
+def release_free_memory() -> None:
+    """Hand the memory of a large request, now freed, back to the system."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 class Lane(enum.Enum):
@@ -133,6 +162,7 @@ class JobRunner:
         self.php = php
         self.attempts = attempts
         self.php_active = False  # set by the main loop from the guard: PHP delivered lately
+        self._large = threading.BoundedSemaphore(LARGE_AT_ONCE)
 
     def run(self, job: Job) -> JobResult:
         result = JobResult(job.hook_phid)
@@ -178,7 +208,7 @@ class JobRunner:
             elif now is not None and is_due(current, now, self.config.claim_lease_sec, self.config.retry_backoff_sec):
                 due.append(current)
             else:
-                result.fresh.append(current)
+                result.fresh.append(dataclasses.replace(current, properties=None))  # the window keeps no text
         return self._leave_to_php(due, result, now) if due and now is not None else due
 
     def _all_php(self, job: Job, result: JobResult) -> bool:
@@ -242,7 +272,7 @@ class JobRunner:
                     result.lock_lost = True
                     return
                 if row.id in lost_once:
-                    result.fresh.append(row)
+                    result.fresh.append(dataclasses.replace(row, properties=None))
                     continue
                 lost_once.add(row.id)
                 pending = self._reread([row, *pending], result)
@@ -251,6 +281,23 @@ class JobRunner:
 
     def _deliver_row(
         self, job: Job, row: RequestRow, result: JobResult, lock: tuple[str, int] | None
+    ) -> Outcome | None:
+        if row.properties is not None:
+            return self._deliver_loaded(job, row, result, lock, "")
+        # Queued rows always have properties: these were too large to come with the batch.
+        with self._large:
+            found = self.store.large_properties(row.id)
+            if found is None:
+                return None  # no longer queued: re-read as after a lost claim
+            length, properties = found
+            problem = "" if properties is not None else f"properties of {length} bytes, more than Phorge can write"
+            try:
+                return self._deliver_loaded(job, dataclasses.replace(row, properties=properties), result, lock, problem)
+            finally:
+                release_free_memory()
+
+    def _deliver_loaded(
+        self, job: Job, row: RequestRow, result: JobResult, lock: tuple[str, int] | None, problem: str
     ) -> Outcome | None:
         """Claim, deliver and write one row; None when the claim was lost.
 
@@ -262,7 +309,7 @@ class JobRunner:
             raise _Stop
         if self.dispatcher.silent() is None:
             raise _Stop  # silent mode unknown: claim nothing
-        properties, problem = _readable(row.properties)
+        properties, problem = (None, problem) if problem else _readable(row.properties)
         version = self.store.claim(
             row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
         )

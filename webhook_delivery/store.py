@@ -24,17 +24,23 @@ from .config import PHORGE_ALIAS
 from .herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, Hook, RequestRow, text
 from .sessions import SessionPool
 
+INLINE_PROPERTIES = 256 * 1024  # bytes: larger properties are read one row at a time
+
 
 class Store:
     def __init__(self, alias: str = PHORGE_ALIAS, *, pool: SessionPool | None = None) -> None:
         self.alias = alias
         self.pool = pool
+        self._max_packet: int | None = None
         self.dialect = Dialect(str(connections[alias].vendor))
         self.is_mysql = self.dialect.is_mysql
         self.now_sql = now = self.dialect.now_sql
         # Built once: these run for every delivery.
         self._scan_sql = f"SELECT {REQUEST_COLUMNS}, NULL, {now} FROM {REQUESTS} WHERE id > %s ORDER BY id LIMIT %s"
-        with_properties = "CASE WHEN status = 'queued' THEN properties END"
+        # Large properties are left out of a batch and read alone (Store.large_properties), one or two at a time.
+        with_properties = (
+            f"CASE WHEN status = 'queued' AND LENGTH(properties) <= {INLINE_PROPERTIES} THEN properties END"
+        )
         self._fetch_sql = f"SELECT {REQUEST_COLUMNS}, {with_properties}, {now} FROM {REQUESTS} WHERE id IN "
         version = self.dialect.greatest("dateModified + 1", now)
         claim_where = f"WHERE id = %s AND dateModified = %s AND {self.dialect.due_sql(positional=True)}"
@@ -105,6 +111,33 @@ class Store:
         if not ids:
             return [], None
         return self._rows(f"{self._fetch_sql}({', '.join(['%s'] * len(ids))})", ids)
+
+    def large_properties(self, row_id: int) -> tuple[int, str | None] | None:
+        """(length in bytes, text) of one queued row's properties; the text only when the server could have
+        taken it in one statement (max_allowed_packet), so never more than a client could have written.
+        None when the row is no longer queued."""
+        limit = self.max_statement_bytes()
+        sql = (
+            f"SELECT LENGTH(properties), CASE WHEN LENGTH(properties) < %s THEN properties END "
+            f"FROM {REQUESTS} WHERE id = %s AND status = 'queued'"
+        )
+        with self._cursor() as cursor:
+            cursor.execute(sql, (limit, row_id))
+            found = cursor.fetchone()
+        if found is None:
+            return None
+        return int(found[0]), None if found[1] is None else text(found[1])
+
+    def max_statement_bytes(self) -> int:
+        """The server's max_allowed_packet: no INSERT of Phorge's can have carried a longer value."""
+        if self._max_packet is None:
+            if not self.is_mysql:
+                self._max_packet = 1 << 30
+            else:
+                with self._cursor() as cursor:
+                    cursor.execute("SELECT @@max_allowed_packet", ())
+                    self._max_packet = int(cursor.fetchone()[0])
+        return self._max_packet
 
     def in_ranges(self, ranges: Sequence[tuple[int, int]], limit: int) -> tuple[list[RequestRow], int | None]:
         """Rows whose id lies in one of the closed ranges, in id order (no properties), by primary key."""
