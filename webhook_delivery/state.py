@@ -33,6 +33,7 @@ class WorkerState(TypedDict):
     database_down_for_sec: float | None
     hooks_in_backoff: dict[str, int]
     hooks_misconfigured: list[str]
+    hooks_held: list[str]  # held by an operator (manage.py hold_webhooks): their requests stay queued
     hooks_lock_busy: list[str]
     stopping: bool
     php_worker: PhpDeliveryState

@@ -29,12 +29,13 @@ from .attempts import AttemptLog
 from .config import PHORGE_ALIAS, DeliveryConfig
 from .dispatcher import Dispatcher
 from .herald import Hook, RequestResult
-from .job import Counters, Job, JobResult, JobRunner, Lane
+from .job import Counters, Job, JobResult, JobRunner, Lane, limit_malloc_arenas
 from .phorge_config import PhorgeSettings
 from .phorge_lookups import PhorgeObjects, PhpWorkerGuard
 from .sessions import LockSession, SessionPool, close_quietly
 from .state import PhpDeliveryState, WorkerState
 from .status.heartbeat import Heartbeat
+from .status.holds import HeldHooks
 from .status.notices import RequeueNotices
 from .store import Store
 from .window import QueueWindow
@@ -154,6 +155,8 @@ class Worker:
         self.skip_until: dict[str, float] = {}
         self.backoff_until: dict[str, int] = {}
         self.misconfigured: set[str] = set()
+        self.holds = HeldHooks()  # hooks held by an operator (manage.py hold_webhooks): nothing of theirs is claimed
+        self.held: frozenset[str] = frozenset()
         self._db_down_since: float | None = None
         self._signals = 0
         self._last_heartbeat = 0.0
@@ -178,6 +181,7 @@ class Worker:
             "database_down_for_sec": None if self._db_down_since is None else round(now - self._db_down_since, 1),
             "hooks_in_backoff": dict(self.backoff_until),
             "hooks_misconfigured": sorted(self.misconfigured),
+            "hooks_held": sorted(self.held),
             "hooks_lock_busy": sorted(phid for phid, until in self.skip_until.items() if until > now),
             "stopping": self.stopping.is_set(),
             "php_worker": self.php_state,
@@ -187,6 +191,7 @@ class Worker:
     def _beat(self, *, force: bool = False) -> None:
         if force or time.monotonic() - self._last_heartbeat >= HEARTBEAT_SEC:
             self._last_heartbeat = time.monotonic()
+            self.held = self.holds.refresh()  # one query; the last set read stays if Django's database fails
             state = self.snapshot()
             self.heartbeat.publish(state)
             self._report_activity(state["counts"])
@@ -259,6 +264,8 @@ class Worker:
             self.phorge_settings.current()  # logs each of Phorge's settings in force, and where it came from
         except DatabaseError:
             pass  # the loop notices the outage and says so
+        self.held = self.holds.refresh()  # before the first claim, so a --once run honours the holds too
+        limit_malloc_arenas()
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
         running: dict[Future[JobResult], Job] = {}
         try:
@@ -306,7 +313,7 @@ class Worker:
     # -- main thread: poll and schedule ----------------------------------------------------------
 
     def _schedulable(self, hook_phid: str) -> bool:
-        if hook_phid in self.busy_hooks or hook_phid in self.misconfigured:
+        if hook_phid in self.busy_hooks or hook_phid in self.misconfigured or hook_phid in self.held:
             return False
         if self.skip_until.get(hook_phid, 0.0) > time.monotonic():
             return False
@@ -385,6 +392,8 @@ class Worker:
             lines.append(f"left the requests of {len(self.misconfigured)} hook(s) with an empty HMAC key")
         if self.backoff_until:
             lines.append(f"left the requests of {len(self.backoff_until)} hook(s) in Phorge's error backoff")
+        if self.held:
+            lines.append(f"left the requests of {len(self.held)} held hook(s) (manage.py hold_webhooks --list)")
         return lines
 
     def _set_in_flight_metrics(self) -> None:
