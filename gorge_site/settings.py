@@ -12,6 +12,7 @@ from pathlib import Path
 
 import environ
 
+from webhook_delivery.alerts.config import load_alert_config
 from webhook_delivery.config import PHORGE_ALIAS, ConfigError, load_config, parse_bool
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -59,6 +60,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "webhook_delivery",
     "webhook_delivery.status",
+    "webhook_delivery.alerts",
     "axes",
 ]
 
@@ -212,5 +214,14 @@ LOGGING = {
         "urllib3": {"level": "WARNING"},
     },
 }
+
+# Alerts (webhook_delivery.alerts: manage.py watch_webhooks, or inside deliver_webhooks). E-mail goes
+# through Django's e-mail backend, configured by EMAIL_URL (smtp://user:pass@host:25, smtp+tls://...).
+GORGE_ALERT, _alert_errors = load_alert_config(os.environ)
+_errors.extend(_alert_errors)
+globals().update(dict(GORGE_ALERT.email_settings))  # EMAIL_BACKEND, EMAIL_HOST, ... parsed from EMAIL_URL
+EMAIL_TIMEOUT = GORGE_ALERT.channel_timeout_sec
+DEFAULT_FROM_EMAIL = GORGE_ALERT.email_from
+SERVER_EMAIL = GORGE_ALERT.email_from
 
 GORGE_CONFIG_ERRORS: tuple[ConfigError, ...] = tuple(_errors)

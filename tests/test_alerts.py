@@ -1,0 +1,569 @@
+"""Alerts: a real SMTP server (aiosmtpd), a real chat receiver (tests/receiver.py), real worker and watcher
+processes, Phorge's real tables in MariaDB, and for the process tests Django's own tables in a throwaway
+MariaDB database (gwtest<pid>_site) shared by the processes, as a deployment shares it."""
+
+from __future__ import annotations
+
+import dataclasses
+import email
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from django.conf import settings
+
+from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
+from tests.processes import ROOT, wait_for
+from tests.receiver import Receiver
+from tests.settings import TEST_SERVER
+from webhook_delivery.alerts import metrics
+from webhook_delivery.alerts.config import AlertConfig
+from webhook_delivery.alerts.models import AlertCondition, AlertNotification, HookLoss
+from webhook_delivery.alerts.selectors import active_alerts, lost_total
+from webhook_delivery.alerts.watcher import Watcher
+
+pytestmark = PHORGE_DB
+
+SECRET = "s3cret"
+RETENTION = 7 * 86400
+
+
+# -- real channels -----------------------------------------------------------------------------------
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.lock = threading.Lock()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's name
+        with self.lock:
+            self.messages.append(email.message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Smtp:
+    """An SMTP server on 127.0.0.1 that can be stopped and started again on the same port."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.sink = _Sink()
+        self.controller: Controller | None = None
+
+    def start(self) -> Smtp:
+        self.controller = Controller(self.sink, hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+        return self
+
+    def stop(self) -> None:
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
+
+    @property
+    def bodies(self) -> list[str]:
+        with self.sink.lock:
+            messages = list(self.sink.messages)
+        return [f"Subject: {m['Subject']}\n{m.get_payload(decode=True).decode()}" for m in messages]  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def smtp() -> Iterator[Smtp]:
+    server = Smtp().start()
+    yield server
+    server.stop()
+
+
+class Chat:
+    """The chat webhook: a path of the real receiver; `hang()` holds every call until `answer()`."""
+
+    def __init__(self, receiver: Receiver) -> None:
+        self.receiver = receiver
+        self.url = receiver.url("/chat/T0KEN-chat-secret/ok")
+        self._open = threading.Event()
+        self._open.set()
+        receiver.state.on_receive = self._gate
+
+    def _gate(self, received: Any) -> None:
+        # A hung call is never answered (the sender gave up on it): the connection is dropped once released.
+        if received.path.startswith("/chat/") and not self._open.is_set():
+            self._open.wait(20)
+            raise ConnectionAbortedError("hung call dropped")
+
+    def hang(self) -> None:
+        self._open.clear()
+
+    def answer(self) -> None:
+        self._open.set()
+
+    @property
+    def texts(self) -> list[str]:
+        return [
+            json.loads(r.body)["text"]
+            for r in self.receiver.requests
+            if r.path.startswith("/chat/") and r.answered_at  # answered: what the chat service accepted
+        ]
+
+
+@pytest.fixture
+def chat(receiver: Receiver) -> Iterator[Chat]:
+    channel = Chat(receiver)
+    yield channel
+    channel.answer()
+
+
+def alert_config(smtp: Smtp | None, chat: Chat | None, **changes: Any) -> AlertConfig:
+    return dataclasses.replace(
+        AlertConfig(
+            email_to=("ops@example.com",) if smtp else (),
+            chat_url=chat.url if chat else "",
+            site_url="https://gorge.example.com",
+            channel_timeout_sec=1.0,
+            interval_sec=0.2,
+        ),
+        **changes,
+    )
+
+
+def configure_email(smtp: Smtp) -> Any:
+    return {
+        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "EMAIL_HOST": "127.0.0.1",
+        "EMAIL_PORT": smtp.port,
+    }
+
+
+# -- Phorge's rows -----------------------------------------------------------------------------------
+
+
+def failing_hook(phorge: Phorge, receiver: Receiver, name: str, *, failures: int = 3) -> str:
+    """A hook whose URI carries a credential, with `failures` requests failed just now (HTTP 500)."""
+    uri = f"http://user:{SECRET}@127.0.0.1:{receiver.port}/{name}/s500"
+    hook = phorge.hook(uri, name=name)
+    now = phorge.now()
+    for _ in range(failures):
+        phorge.request(
+            hook,
+            properties=json.dumps(
+                {"retry": "forever", "transactionPHIDs": [], "triggerPHIDs": [hook]}
+                | {"errorType": "http", "errorCode": "500"}
+            ),
+            lastRequestResult="fail",
+            lastRequestEpoch=now,
+            dateModified=now,
+        )
+    return hook
+
+
+def hook_keys(phorge: Phorge) -> list[str]:
+    return [k.decode() if isinstance(k, bytes) else k for (k,) in phorge.execute("SELECT hmacKey FROM herald_webhook")]
+
+
+def assert_no_secrets(texts: list[str], phorge: Phorge, chat: Chat | None = None) -> None:
+    secrets = [SECRET, "user:", *hook_keys(phorge)]
+    if chat is not None:
+        secrets += [chat.url, "T0KEN-chat-secret", "/chat/"]
+    for body in texts:
+        for secret in secrets:
+            assert secret not in body, f"{secret!r} leaked into: {body[:300]}"
+
+
+# -- in-process watcher ------------------------------------------------------------------------------
+
+
+def test_fifty_failing_hooks_make_one_digest_per_channel_and_one_recovery_digest(
+    phorge: Phorge, receiver: Receiver, smtp: Smtp, chat: Chat, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    for key, value in configure_email(smtp).items():
+        setattr(settings, key, value)
+    hooks = [failing_hook(phorge, receiver, f"hook{i:02d}") for i in range(50)]
+    delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
+    watcher = Watcher(alert_config(smtp, chat), delivery)
+    result = watcher.tick()
+    assert len(result.entered) == 50
+    assert len(smtp.bodies) == 1 and len(chat.texts) == 1
+    for body in (smtp.bodies[0], chat.texts[0]):
+        for hook in hooks:
+            assert body.count(hook) >= 1
+        assert "50 new" in body
+        assert "http/500" in body
+        assert "breaker backoff" in body
+        assert f"https://gorge.example.com/hooks/{hooks[0]}/" in body
+    for _ in range(3):
+        watcher.tick()
+    assert len(smtp.bodies) == 1 and len(chat.texts) == 1, "a condition that holds is not notified again"
+    assert {a.kind for a in active_alerts()} == {"receiver"} and all(a.notified_at for a in active_alerts())
+
+    now = phorge.now()
+    phorge.execute(
+        "UPDATE herald_webhookrequest SET status = 'sent', lastRequestResult = 'okay', lastRequestEpoch = %s",
+        (now + 1,),
+    )
+    time.sleep(1.1)  # a newer observation than the last one applied (Phorge's clock has 1 s steps)
+    result = watcher.tick()
+    assert len(result.recovered) == 50
+    assert len(smtp.bodies) == 2 and len(chat.texts) == 2
+    assert "50 recovered" in chat.texts[1] and all(hook in chat.texts[1] for hook in hooks)
+    watcher.tick()
+    assert len(smtp.bodies) == 2 and len(chat.texts) == 2
+    assert_no_secrets(smtp.bodies + chat.texts + [caplog.text], phorge, chat)
+
+
+def test_collection_warning_names_the_hook_and_the_count(phorge: Phorge, receiver: Receiver, chat: Chat) -> None:
+    hook = phorge.hook(f"http://user:{SECRET}@127.0.0.1:{receiver.port}/old/ok", name="old backlog")
+    fresh = phorge.hook(receiver.url("/fresh/ok"), name="fresh")
+    now = phorge.now()
+    for _ in range(3):
+        phorge.request(hook, created=now - (6 * 86400 + 23 * 3600))
+    phorge.request(hook, created=now)
+    phorge.request(fresh, created=now)
+    watcher = Watcher(alert_config(None, chat), dataclasses.replace(settings.GORGE_WEBHOOK))
+    result = watcher.tick()
+    assert f"collection:{hook}" in result.entered
+    assert f"collection:{fresh}" not in result.entered
+    [text] = chat.texts
+    assert f"3 requests to hook 'old backlog' ({hook}) will be deleted by Phorge in 1 hour unless delivered" in text
+    assert_no_secrets(chat.texts, phorge, chat)
+
+
+def test_phorge_collector_deleting_queued_rows_is_counted_and_notified(
+    phorge: Phorge, receiver: Receiver, chat: Chat, caplog: pytest.LogCaptureFixture
+) -> None:
+    hook = phorge.hook(receiver.url("/gone/ok"), name="collected")
+    now = phorge.now()
+    old = [phorge.request(hook, created=now - RETENTION - 60) for _ in range(4)]
+    sent_old = phorge.request(hook, created=now - RETENTION - 60, status="sent", lastRequestResult="okay")
+    kept = phorge.request(hook, created=now)
+    first, second = (Watcher(alert_config(None, chat), settings.GORGE_WEBHOOK) for _ in range(2))
+    before = metrics.REQUESTS_LOST._value.get()
+    assert first.tick().lost == 0
+    assert second.tick().lost == 0
+    assert "at Phorge's next garbage collection" in chat.texts[0]
+
+    # Phorge's collector, verbatim: regardless of status.
+    phorge.execute(f"DELETE FROM herald_webhookrequest WHERE dateCreated < {now} - {RETENTION} LIMIT 100")
+    assert {row["phid"] for row in phorge.rows()} == {kept}
+    time.sleep(1.1)
+    assert first.tick().lost + second.tick().lost == 4, "each loss counted once, whichever watcher saw it"
+    assert first.tick().lost == 0 and second.tick().lost == 0
+    assert metrics.REQUESTS_LOST._value.get() - before == 4
+    assert lost_total(hook) == 4 and HookLoss.objects.get(hook_phid=hook).hook_name == "collected"
+    lost = [t for t in chat.texts if "LOST" in t]
+    assert len(lost) == 1
+    assert f"4 queued requests to hook 'collected' ({hook}) were deleted by Phorge's garbage collection" in lost[0]
+    assert all(phid in lost[0] for phid in old) and sent_old not in lost[0]
+    assert "4 lost in all for this hook" in lost[0]
+    assert not AlertCondition.objects.filter(key=f"collection:{hook}", active=True).exists()
+    assert_no_secrets([*chat.texts, caplog.text], phorge, chat)
+
+
+def test_failing_channels_are_logged_once_and_catch_up_when_back(
+    phorge: Phorge, receiver: Receiver, chat: Chat, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    smtp = Smtp()  # not started: connections refused
+    for key, value in configure_email(smtp).items():
+        setattr(settings, key, value)
+    chat.hang()
+    hook = failing_hook(phorge, receiver, "down")
+    delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
+    watcher = Watcher(alert_config(smtp, chat), delivery)
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        started = time.monotonic()
+        result = watcher.tick()
+        assert time.monotonic() - started < 8, "a pass is bounded by the channel timeout"
+        assert set(result.failed) <= {"email", "chat"}
+    failing = [r for r in caplog.records if r.getMessage().startswith("alert channel failing")]
+    assert sorted(getattr(r, "channel", "") for r in failing) == ["chat", "email"], "logged once per outage"
+    assert metrics.NOTIFICATIONS_FAILED.labels("email")._value.get() >= 3
+    assert AlertNotification.objects.filter(sent_at__isnull=True).count() == 2
+    assert [a.pending_channels for a in active_alerts()] == [("chat", "email")]
+
+    smtp.start()
+    chat.answer()
+    try:
+        wait_for(lambda: bool(watcher.tick().sent.keys() >= {"email"}) or len(smtp.bodies) == 1, 10, "e-mail back")
+        wait_for(lambda: watcher.tick() is not None and len(chat.texts) >= 1, 10, "chat back")
+        for _ in range(2):
+            watcher.tick()
+        assert len(smtp.bodies) == 1 and len(chat.texts) == 1
+        assert hook in smtp.bodies[0] and hook in chat.texts[0]
+        assert [r.getMessage() for r in caplog.records].count("alert channel works again: pending alerts sent") == 2
+        assert active_alerts()[0].notified_at is not None
+        assert_no_secrets(smtp.bodies + chat.texts + [caplog.text], phorge, chat)
+    finally:
+        smtp.stop()
+
+
+# -- processes against a shared MariaDB `default` database -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def site_database() -> Iterator[str]:
+    name = f"gwtest{os.getpid()}_site"
+    admin = mysql_admin()
+    cursor = admin.cursor()
+    cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    url = f"{TEST_SERVER}/{name}"
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=worker_env(DATABASE_URL=url),
+        check=True,
+        timeout=120,
+    )
+    yield url
+    cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    admin.close()
+
+
+@pytest.fixture
+def site(site_database: str) -> str:
+    name = site_database.rsplit("/", 1)[1]
+    admin = mysql_admin(name)
+    cursor = admin.cursor()
+    for table in (
+        "delivery_alerts_alertcondition",
+        "delivery_alerts_alertnotification",
+        "delivery_alerts_alertchannel",
+        "delivery_alerts_watchedrequest",
+        "delivery_alerts_hookloss",
+        "delivery_status_workerheartbeat",
+    ):
+        cursor.execute(f"DELETE FROM `{table}`")
+    admin.close()
+    return site_database
+
+
+class WatcherProcess:
+    def __init__(self, tmp: Path, name: str, *args: str, **env: str) -> None:
+        self.log = tmp / f"{name}.log"
+        self.args = args
+        self.env = worker_env(LOG_FORMAT="json", **env)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WatcherProcess:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "manage.py", "watch_webhooks", *self.args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def watchers(tmp_path: Path) -> Iterator[Any]:
+    started: list[WatcherProcess] = []
+
+    def make(name: str, *args: str, **env: str) -> WatcherProcess:
+        process = WatcherProcess(tmp_path, name, *args, **env)
+        started.append(process)
+        return process
+
+    yield make
+    for process in started:
+        process.stop()
+        print(f"--- {process.log.name}\n" + process.log.read_text()[-4000:])  # shown when the test fails
+
+
+def channel_env(site: str, smtp: Smtp, chat: Chat, **extra: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": site,
+        "EMAIL_URL": f"smtp://127.0.0.1:{smtp.port}",
+        "GORGE_ALERT_EMAIL_TO": "ops@example.com,oncall@example.com",
+        "GORGE_ALERT_WEBHOOK_URL": chat.url,
+        "GORGE_ALERT_SITE_URL": "https://gorge.example.com",
+        "GORGE_ALERT_INTERVAL_SEC": "0.3",
+        "GORGE_ALERT_CHANNEL_TIMEOUT_SEC": "2",
+        **extra,
+    }
+
+
+def _count(texts: list[str], *needles: str) -> int:
+    return sum(1 for text in texts if all(needle in text for needle in needles))
+
+
+@pytest.mark.slow
+def test_receiver_failing_breaker_opens_one_message_then_one_recovery(
+    phorge: Phorge, receiver: Receiver, smtp: Smtp, chat: Chat, site: str, workers: Any, watchers: Any
+) -> None:
+    uri = f"http://user:{SECRET}@127.0.0.1:{receiver.port}/breaks/s500"
+    hook = phorge.hook(uri, name="breaks")
+    for _ in range(4):
+        phorge.request(hook, retry="forever")
+    delivery = {  # the worker and the watcher read the same settings, as in a deployment
+        "GORGE_WEBHOOK_ERROR_THRESHOLD": "3",
+        "GORGE_WEBHOOK_ERROR_BACKOFF_SEC": "4",
+        "GORGE_WEBHOOK_RETRY_BACKOFF_SEC": "1",
+        "GORGE_WEBHOOK_POLL_INTERVAL_MS": "100",
+        "GORGE_WEBHOOK_DELIVERY_TIMEOUT": "3",
+    }
+    worker = workers("worker", DATABASE_URL=site, **delivery).start()
+    watcher = watchers("watcher", **channel_env(site, smtp, chat, GORGE_ALERT_FAILING_MINUTES="60", **delivery)).start()
+
+    wait_for(lambda: _count([r.path for r in receiver.requests], "/breaks/") >= 3, 20, "three failed attempts")
+    opened = time.monotonic()
+    wait_for(lambda: _count(smtp.bodies, "ALERT", hook) and _count(chat.texts, "ALERT", hook), 20, "the alert")
+    assert time.monotonic() - opened < 60
+    for body in smtp.bodies + chat.texts:
+        assert "breaker backoff" in body and "http/500" in body and "'breaks'" in body
+    time.sleep(3)  # ten more passes while it keeps failing
+    assert _count(smtp.bodies, "ALERT", hook) == 1 and _count(chat.texts, "ALERT", hook) == 1
+
+    phorge.execute("UPDATE herald_webhook SET webhookURI = %s WHERE phid = %s", (uri.replace("s500", "ok"), hook))
+    wait_for(lambda: _count(smtp.bodies, "RECOVERED", hook) and _count(chat.texts, "RECOVERED", hook), 25, "recovery")
+    time.sleep(1.5)
+    assert _count(smtp.bodies, "RECOVERED", hook) == 1 and _count(chat.texts, "RECOVERED", hook) == 1
+    assert _count(smtp.bodies, "ALERT", hook) == 1 and _count(chat.texts, "ALERT", hook) == 1
+    watcher.stop()
+    worker.stop()
+    assert_no_secrets(smtp.bodies + chat.texts + [watcher.log.read_text()], phorge, chat)
+
+
+@pytest.mark.slow
+def test_two_watchers_side_by_side_notify_each_condition_exactly_once(
+    phorge: Phorge, receiver: Receiver, smtp: Smtp, chat: Chat, site: str, watchers: Any
+) -> None:
+    hooks = [failing_hook(phorge, receiver, f"pair{i}") for i in range(10)]
+    env = channel_env(site, smtp, chat, GORGE_WEBHOOK_ERROR_THRESHOLD="3", GORGE_ALERT_INTERVAL_SEC="0.1")
+    pair = [watchers("a", **env).start(), watchers("b", **env).start()]
+    wait_for(lambda: all(_count(smtp.bodies, "ALERT", h) for h in hooks), 20, "every hook's alert by e-mail")
+    wait_for(lambda: all(_count(chat.texts, "ALERT", h) for h in hooks), 20, "every hook's alert in chat")
+    time.sleep(2)
+    now = phorge.now()
+    phorge.execute(
+        "UPDATE herald_webhookrequest SET status = 'sent', lastRequestResult = 'okay', lastRequestEpoch = %s", (now,)
+    )
+    wait_for(lambda: all(_count(smtp.bodies, "RECOVERED", h) for h in hooks), 20, "every recovery by e-mail")
+    wait_for(lambda: all(_count(chat.texts, "RECOVERED", h) for h in hooks), 20, "every recovery in chat")
+    time.sleep(2)
+    for texts in (smtp.bodies, chat.texts):
+        joined = "\n".join(texts).replace("\r\n", "\n")
+        for index, hook in enumerate(hooks):
+            assert joined.count(f"ALERT      hook 'pair{index}' ({hook})") == 1, hook
+            assert joined.count(f"RECOVERED  hook 'pair{index}' ({hook})") == 1, hook
+    for process in pair:
+        process.stop()
+        assert process.proc is not None and process.proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_every_worker_killed_while_requests_are_due(
+    phorge: Phorge, receiver: Receiver, smtp: Smtp, chat: Chat, site: str, workers: Any, watchers: Any
+) -> None:
+    hook = phorge.hook(receiver.url("/alive/ok"), name="alive")
+    worker = workers("worker", DATABASE_URL=site, GORGE_WEBHOOK_POLL_INTERVAL_MS="100").start()
+    name = site.rsplit("/", 1)[1]
+
+    def beats() -> int:
+        admin = mysql_admin(name)
+        try:
+            cursor = admin.cursor()
+            cursor.execute("SELECT COUNT(*) FROM delivery_status_workerheartbeat")
+            return int(cursor.fetchone()[0])
+        finally:
+            admin.close()
+
+    wait_for(lambda: beats() == 1, 15, "the worker's heartbeat")
+    threshold = 8
+    watcher = watchers("watcher", **channel_env(site, smtp, chat, GORGE_ALERT_WORKER_DEAD_SEC=str(threshold))).start()
+    phorge.request(hook)
+    wait_for(lambda: len(receiver.requests) == 1, 15, "a delivery while the worker lives")
+    time.sleep(2)
+    assert not _count(chat.texts, "No deliver_webhooks worker")
+    assert worker.proc is not None
+    worker.proc.kill()
+    worker.proc.wait(10)
+    killed = time.monotonic()
+    for _ in range(3):
+        phorge.request(hook)
+    wait_for(
+        lambda: (
+            _count(chat.texts, "No deliver_webhooks worker", "3 requests are due")
+            and _count(smtp.bodies, "No deliver_webhooks worker")
+        ),
+        2 * threshold,
+        "the no-worker alert within twice the heartbeat threshold",
+    )
+    assert time.monotonic() - killed <= 2 * threshold
+    watcher.stop()
+
+
+@pytest.mark.slow
+def test_watch_test_sends_to_every_channel_and_exits_by_result(
+    phorge: Phorge, receiver: Receiver, smtp: Smtp, chat: Chat, site: str
+) -> None:
+    env = worker_env(**channel_env(site, smtp, chat))
+    done = subprocess.run(
+        [sys.executable, "manage.py", "watch_webhooks", "--test"], cwd=ROOT, env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"email: sent" in done.stdout and b"chat: sent" in done.stdout
+    assert _count(smtp.bodies, "test message") == 1 and _count(chat.texts, "test message") == 1
+
+    smtp.stop()
+    done = subprocess.run(
+        [sys.executable, "manage.py", "watch_webhooks", "--test"], cwd=ROOT, env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert b"email: FAILED" in done.stdout and b"chat: sent" in done.stdout
+    output = (done.stdout + done.stderr).decode()
+    assert "T0KEN-chat-secret" not in output and chat.url not in output
+
+    once = subprocess.run(
+        [sys.executable, "manage.py", "watch_webhooks", "--once"],
+        cwd=ROOT,
+        env=worker_env(**channel_env(site, Smtp(), chat)),
+        capture_output=True,
+        timeout=60,
+    )
+    assert once.returncode == 0, once.stderr.decode()
+    assert b"entered 0" in once.stdout
+
+
+def test_watcher_runs_as_a_daemon_thread_and_stops_on_its_event(phorge: Phorge, receiver: Receiver, chat: Chat) -> None:
+    """The way deliver_webhooks runs it (GORGE_ALERT_IN_WORKER): a daemon thread, stopped by an Event."""
+    hook = failing_hook(phorge, receiver, "threaded")
+    watcher = Watcher(alert_config(None, chat), dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3))
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: _count(chat.texts, "ALERT", hook) == 1, 10, "the alert from the thread")
+        time.sleep(1)
+        assert _count(chat.texts, "ALERT", hook) == 1
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()

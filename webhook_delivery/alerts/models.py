@@ -1,0 +1,96 @@
+"""Alert state in Django's own database (never Phorge's): what is wrong now, what was told, to whom.
+
+Every transition is won by one conditional UPDATE (or one INSERT on a unique key), so however many
+watchers run, each condition is announced once when it starts and once when it ends.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class AlertCondition(models.Model):
+    """One row per condition key (`receiver:<hook PHID>`, `collection:<hook PHID>`, `no_worker`, ...),
+    reused by every episode of it; `episode` counts how often it started."""
+
+    key = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=32)
+    hook_phid = models.CharField(max_length=64, blank=True, verbose_name="hook PHID")
+    hook_name = models.CharField(max_length=255, blank=True)
+    active = models.BooleanField(default=True)
+    episode = models.PositiveIntegerField(default=1)
+    since = models.DateTimeField()  # when the condition started, as far as Phorge's tables tell
+    entered_at = models.DateTimeField()  # when a watcher recorded it
+    recovered_at = models.DateTimeField(null=True, blank=True)
+    observed_epoch = models.BigIntegerField(default=0)  # Phorge's clock at the newest observation applied
+    summary = models.TextField(blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-active", "-entered_at"]
+        indexes = [models.Index(fields=["active", "kind"])]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class AlertNotification(models.Model):
+    """One line to send on one channel; sent in a digest with every other pending line of the channel."""
+
+    key = models.CharField(max_length=200)
+    episode = models.PositiveIntegerField()
+    transition = models.CharField(max_length=16)  # entered, recovered, or event (a loss)
+    kind = models.CharField(max_length=32)
+    channel = models.CharField(max_length=16)
+    text = models.TextField()
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["key", "episode", "transition", "channel"], name="alert_once_per_channel")
+        ]
+        indexes = [models.Index(fields=["channel", "sent_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.transition} via {self.channel}"
+
+
+class AlertChannel(models.Model):
+    """A channel's sender lease (one watcher at a time sends on it) and its outage state (logged once)."""
+
+    name = models.CharField(max_length=16, unique=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    failing_since = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=200, blank=True)
+    last_sent_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WatchedRequest(models.Model):
+    """A queued request seen close to Phorge's collection: if it disappears undelivered, it was lost."""
+
+    request_id = models.PositiveBigIntegerField(unique=True)
+    request_phid = models.CharField(max_length=64, verbose_name="request PHID")
+    hook_phid = models.CharField(max_length=64, verbose_name="hook PHID")
+    date_created = models.BigIntegerField()
+    claimed_by = models.CharField(max_length=200, blank=True)  # the watcher that counts its loss
+
+    def __str__(self) -> str:
+        return self.request_phid
+
+
+class HookLoss(models.Model):
+    """Requests of a hook Phorge's garbage collection deleted before they were delivered, in all."""
+
+    hook_phid = models.CharField(max_length=64, unique=True, verbose_name="hook PHID")
+    hook_name = models.CharField(max_length=255, blank=True)
+    lost_total = models.PositiveBigIntegerField(default=0)
+    last_lost_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.hook_phid}: {self.lost_total}"
