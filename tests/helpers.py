@@ -206,6 +206,17 @@ def as_request_row(row: dict[str, Any]) -> RequestRow:
 PHORGE_DB = pytest.mark.django_db(transaction=True, databases=["default", "phorge"])
 
 
+def viewer(user_model: Any, username: str = "operator", password: str = "pw-operator-1") -> Any:  # noqa: S107
+    """A staff account that may see the delivery pages: is_staff and the view permission on requests."""
+    from django.contrib.auth.models import Permission
+
+    user = user_model.objects.create_user(username, password=password, is_staff=True)
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="webhook_delivery", codename="view_heraldwebhookrequest")
+    )
+    return user
+
+
 def worker_env(**overrides: str) -> dict[str, str]:
     env = dict(os.environ)
     env["DJANGO_SETTINGS_MODULE"] = "gorge_site.settings"  # the production settings, as deployed

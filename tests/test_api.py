@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from tests.helpers import PHORGE_DB, Phorge
+from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.ui_helpers import seed_contract
 
 pytestmark = PHORGE_DB
@@ -124,6 +124,8 @@ def test_without_a_configured_token_only_staff_sessions_get_in(
     client.force_login(django_user_model.objects.create_user("viewer", password="pw-viewer-1"))
     assert body(client.get("/api/webhook/stats")) == UNAUTHORIZED
     client.force_login(django_user_model.objects.create_user("staffer", password="pw-staffer-1", is_staff=True))
+    assert body(client.get("/api/webhook/stats")) == UNAUTHORIZED  # staff alone is not enough
+    client.force_login(viewer(django_user_model, "operator"))
     response = client.get("/api/webhook/stats")
     assert (response.status_code, body(response)) == (200, STATS)
 

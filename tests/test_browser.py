@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import PHORGE_DB, Phorge, random_phid
+from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
 from tests.receiver import Receiver
 from tests.ui_helpers import seed_bulk
 from webhook_delivery.status.models import WorkerHeartbeat
@@ -70,12 +70,16 @@ def test_staff_dashboard_in_chromium(
         last_seen=now,
         state={"max_concurrent": 16, "in_flight": 3, "counts": {"degraded.result_write_retry": 1}},
     )
-    django_user_model.objects.create_user("operator", password="pw-operator-1", is_staff=True)
+    viewer(django_user_model)
 
     foreign: list[str] = []
+    refused: list[str] = []
     page = chromium.new_page(viewport={"width": 1440, "height": 900})
     page.on("request", lambda r: None if r.url.startswith(live_server.url) else foreign.append(r.url))
+    page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
     log_in(page, live_server.url, "operator", "pw-operator-1")
+    policy = page.request.get(live_server.url + "/").headers.get("content-security-policy", "")
+    assert "script-src 'self'" in policy
 
     counts = {name: int(page.inner_text(f"#count-{name}")) for name in ("queued", "sent", "failed", "due")}
     assert counts["sent"] > 1000 and counts["failed"] > 100 and counts["queued"] > 10
@@ -100,6 +104,7 @@ def test_staff_dashboard_in_chromium(
     assert page.locator("#php-worker").get_attribute("data-state") == "unknown"
     page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
     assert not foreign, f"the page loaded something from elsewhere: {foreign}"
+    assert not refused, f"the Content-Security-Policy refused part of the page: {refused}"
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
 
 
@@ -151,7 +156,7 @@ def test_from_the_dashboard_to_a_hook_and_a_request_in_chromium(
         failed = phorge.request(broken)
         Worker(delivery_config, once=True).run()
         assert len(receiver.requests) == 7
-    django_user_model.objects.create_user("operator", password="pw-operator-1", is_staff=True)
+    viewer(django_user_model)
     page = chromium.new_page(viewport={"width": 1280, "height": 900})
     log_in(page, live_server.url, "operator", "pw-operator-1")
 

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import PHORGE_DB, Phorge, as_request_row
+from tests.helpers import PHORGE_DB, Phorge, as_request_row, viewer
 from tests.ui_helpers import full_scans, logged_attempt, properties, seed_bulk, seed_contract
 from tests.urlwalk import every_page, is_public
 from webhook_delivery import selectors
@@ -23,7 +23,7 @@ pytestmark = [PHORGE_DB]
 
 @pytest.fixture
 def staff(client: Any, django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user("operator", password="pw-operator-1", is_staff=True)
+    user = viewer(django_user_model)
     client.force_login(user)
     return client
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.helpers import PHORGE_DB, Phorge, random_phid
+from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery import selectors
@@ -43,7 +43,7 @@ def test_guard_flips_with_php_tasks_and_reads_unknown_without_the_tables(
     client: Any, phorge: Phorge, worker_db: AppDatabases, django_user_model: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setattr(settings, "GORGE_WEBHOOK", dataclasses.replace(settings.GORGE_WEBHOOK, service_token=TOKEN))
-    client.force_login(django_user_model.objects.create_user("ops", password="pw-ops-12345", is_staff=True))
+    client.force_login(viewer(django_user_model, "ops", "pw-ops-12345"))
 
     unknown = _seen(client)
     assert unknown["health"] == "unknown"
@@ -100,7 +100,8 @@ def test_phorges_own_blacklist_is_read_and_the_variable_wins_over_it(
         assert phorge.row(allowed)["status"] == "sent"
         namespace = settings.GORGE_WEBHOOK.namespace
         in_force = (
-            f"security.outbound-blacklist = {len(lifted)} ranges, from database (`{namespace}_config`.`config_entry`)"
+            f"security.outbound-blacklist = {len(lifted)} ranges, leaving open loopback 127.0.0.0/8, "
+            f"from database (`{namespace}_config`.`config_entry`)"
         )
         assert f"Phorge setting in force: {in_force}" in caplog.text
 

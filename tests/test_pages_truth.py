@@ -14,7 +14,7 @@ import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import PHORGE_DB, Phorge
+from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from tests.ui_helpers import explain, full_scans, logged_attempt, properties
@@ -40,7 +40,7 @@ def writer(html: str) -> str:
 
 @pytest.fixture
 def staff(client: Any, django_user_model: Any) -> Any:
-    client.force_login(django_user_model.objects.create_user("operator", password="pw-operator-1", is_staff=True))
+    client.force_login(viewer(django_user_model))
     return client
 
 

@@ -29,3 +29,22 @@ def test_a_refused_next_lands_on_the_dashboard(client: Client, django_user_model
     )
     assert response.status_code == 302
     assert response["Location"] == "/"
+
+
+@pytest.mark.django_db(databases=["default", "phorge"])
+def test_staff_without_the_view_permission_see_no_page_and_no_json(
+    client: Client, django_user_model: Any, settings: Any
+) -> None:
+    import dataclasses
+
+    from tests.helpers import viewer
+
+    settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, service_token="")
+    pages = ["/", "/hooks/PHID-HWBH-aaaaaaaaaaaaaaaaaaaa/", "/requests/PHID-HWBR-aaaaaaaaaaaaaaaaaaaa/"]
+    client.force_login(django_user_model.objects.create_user("helpdesk", password="pw-helpdesk-1", is_staff=True))
+    for path in pages:
+        assert client.get(path).status_code == 403, path
+    assert client.get("/api/webhook/stats").status_code == 401
+    client.force_login(viewer(django_user_model))
+    assert client.get("/api/webhook/stats").status_code != 401
+    assert client.get("/hooks/PHID-HWBH-aaaaaaaaaaaaaaaaaaaa/").status_code == 404  # allowed in: no such hook

@@ -8,7 +8,6 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -17,6 +16,7 @@ from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import history, selectors
+from .access import view_required
 from .web_metrics import REGISTRY
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def _unavailable(request: HttpRequest, page: str, exc: DatabaseError) -> HttpRes
     return render(request, "webhook_delivery/unavailable.html", _context(request), status=503)
 
 
-@staff_member_required
+@view_required
 @never_cache
 def dashboard(request: HttpRequest) -> HttpResponse:
     try:
@@ -43,7 +43,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "webhook_delivery/dashboard.html", context)
 
 
-@staff_member_required
+@view_required
 @never_cache
 @require_safe
 def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
@@ -69,7 +69,7 @@ def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
     return render(request, "webhook_delivery/hook.html", context)
 
 
-@staff_member_required
+@view_required
 @never_cache
 @require_safe
 def request_page(request: HttpRequest, phid: str) -> HttpResponse:
