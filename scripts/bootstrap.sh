@@ -3,7 +3,8 @@
 # only when requirements*.txt changed since the last install (a stamp inside the venv), system
 # packages only when absent.
 #   scripts/bootstrap.sh            Python dependencies (and the MariaDB client headers to build them)
-#   scripts/bootstrap.sh --browser  also Debian's chromium, for the browser test
+#   scripts/bootstrap.sh --browser  also what the whole suite needs: Debian's chromium (the browser test) and
+#                                   prometheus (promtool, for the alerting-rule tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,4 +61,7 @@ fi
 
 if [ "$want_browser" = true ] && ! command -v chromium >/dev/null; then
   need_packages "the browser test (Playwright drives Debian's chromium)" chromium
+fi
+if [ "$want_browser" = true ] && ! command -v promtool >/dev/null; then
+  need_packages "the alerting-rule tests (promtool check rules / test rules)" prometheus
 fi

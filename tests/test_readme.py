@@ -59,7 +59,7 @@ def ci_commands() -> list[str]:
 
 def environment_variables() -> set[str]:
     names: set[str] = set()
-    for source in ("gorge_site/settings.py", "webhook_delivery/config.py"):
+    for source in ("gorge_site/settings.py", "webhook_delivery/config.py", "webhook_delivery/alerts/config.py"):
         names.update(ENV_READERS.findall((ROOT / source).read_text()))
     return names
 

@@ -13,12 +13,15 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
 from . import history, selectors
 from .access import may_view
+from .alerts import selectors as alert_selectors
+from .status import holds
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +123,27 @@ def _health() -> dict[str, Any]:
         "workers": [_worker_json(worker) for worker in selectors.workers()],
         "php_worker": selectors.php_delivery_state(),
         "phorge_settings": _settings_json(),
+        **_operator_json(),
     }
+
+
+def _operator_json() -> dict[str, Any]:
+    try:
+        return {
+            "alerts": [alert.as_json() for alert in alert_selectors.active_alerts()],
+            "lost_to_collection": alert_selectors.lost_totals(),
+            "holds": [
+                {
+                    "hook": hold.hook_phid,
+                    "held_by": hold.held_by,
+                    "held_at": hold.held_at.isoformat(),
+                    "reason": hold.reason,
+                }
+                for hold in holds.active_holds()
+            ],
+        }
+    except DatabaseError:
+        return {"alerts": None, "lost_to_collection": None, "holds": None}
 
 
 def _settings_json() -> dict[str, Any]:

@@ -36,6 +36,7 @@ from .phorge_config import PhorgeConfig, PhorgeSettings
 from .phorge_lookups import WEBHOOK_TASK_CLASS, PhpWorkerGuard, qualified
 from .phpjson import UndecodableProperties, decode_properties
 from .state import PhpDeliveryState
+from .status.holds import held_hook_phids
 from .status.models import WorkerHeartbeat
 
 WORKER_ALIVE_SEC = 30
@@ -199,6 +200,7 @@ class HookHealth:
     last_failed_attempt: int | None = None  # lastRequestEpoch of the newest `fail` row
     last_configuration_failure: int | None = None  # dateModified of the newest failed/none row (hook error)
     errors: tuple[ErrorCount, ...] = ()
+    on_hold: bool = False  # held by an operator (manage.py hold_webhooks)
 
     @property
     def last_failure(self) -> int | None:
@@ -206,8 +208,8 @@ class HookHealth:
 
     @property
     def held(self) -> bool:
-        """Due requests of this hook wait on purpose (breaker or missing key), not on the worker."""
-        return self.misconfigured or self.in_backoff
+        """Due requests of this hook wait on purpose (breaker, missing key or a hold), not on the worker."""
+        return self.misconfigured or self.in_backoff or self.on_hold
 
     @property
     def state(self) -> HookState:
@@ -325,6 +327,15 @@ def _earliest(a: int | None, b: int) -> int:
     return b if a is None else min(a, b)
 
 
+def _held_hooks() -> set[str]:
+    """Hooks held by an operator, from Django's database; none when it cannot be read (the pages then show
+    their requests as due, never hide them)."""
+    try:
+        return held_hook_phids()
+    except DatabaseError:
+        return set()
+
+
 @_uncommitted_reads
 def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> QueueHealth:
     """Counts, due requests, breaker state and errors per hook (every hook, or the ones named): three
@@ -377,6 +388,7 @@ def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> Q
                 tally.oldest_due_since = _earliest(tally.oldest_due_since, _int(due_since))
             if error_type is not None:
                 tally.errors[(text(error_type), text(error_code))] += _int(count)
+    held = _held_hooks()
     health = []
     for hook in all_hooks:
         tally = tallies[hook.phid]
@@ -402,6 +414,7 @@ def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> Q
                 last_failed_attempt=tally.last_failed_attempt,
                 last_configuration_failure=tally.last_configuration_failure,
                 errors=tuple(errors),
+                on_hold=hook.phid in held,
             )
         )
     return QueueHealth(

@@ -17,6 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import history, selectors
 from .access import view_required
+from .alerts import selectors as alert_selectors
+from .status import holds
 from .web_metrics import REGISTRY
 
 logger = logging.getLogger(__name__)
@@ -39,8 +41,32 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         board = selectors.dashboard(settings.GORGE_WEBHOOK)
     except DatabaseError as exc:
         return _unavailable(request, "dashboard", exc)
-    context = {**_context(request), "board": board, "health": board.health, "refresh_sec": REFRESH_SEC}
+    context = {
+        **_context(request),
+        "board": board,
+        "health": board.health,
+        "refresh_sec": REFRESH_SEC,
+        **_operator_state(),
+    }
     return render(request, "webhook_delivery/dashboard.html", context)
+
+
+def _operator_state(hook_phid: str | None = None) -> dict[str, Any]:
+    """What Django's own database says beside Phorge's: alerts active, holds, requests lost to Phorge's
+    collection (for one hook, or all). Left out, never a 500, when that database cannot be read."""
+    try:
+        alerts = alert_selectors.active_alerts()
+        if hook_phid is None:
+            return {"alerts": alerts, "holds": holds.active_holds()}
+        hold = holds.hold_of(hook_phid)
+        return {
+            "alerts": [alert for alert in alerts if alert.hook_phid == hook_phid],
+            "holds": [] if hold is None else [hold],
+            "lost_to_collection": alert_selectors.lost_total(hook_phid),
+        }
+    except DatabaseError as exc:
+        logger.warning("Django's database unavailable for alerts and holds", extra={"error": type(exc).__name__})
+        return {}
 
 
 @view_required
@@ -65,6 +91,7 @@ def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
         "history": past,
         "phorge_uri": base,
         "retention": config,
+        **_operator_state(phid),
     }
     return render(request, "webhook_delivery/hook.html", context)
 

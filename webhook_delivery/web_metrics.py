@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from . import selectors
+from .alerts import metrics as alert_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,10 @@ class QueueCollector:
         for state in ("idle", "active", "recent", "unknown"):
             php.add_metric([state], 1 if state == current else 0)
         yield php
+        try:
+            yield from list(alert_metrics.active_condition_families())
+        except DatabaseError:
+            logger.warning("metrics scrape: Django's database unavailable for the alert metrics")
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

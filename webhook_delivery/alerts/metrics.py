@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 KINDS = ("receiver", "collection", "no_worker", "php_delivery", "stalled", "database")
 
@@ -30,10 +30,12 @@ REQUESTS_LOST = Counter(
 )
 
 
-def active_condition_families() -> Iterator[GaugeMetricFamily]:
-    """gorge_webhook_alert_conditions_active{kind} read from Django's database, for a collector of its own
-    registry (the web /metrics); raises DatabaseError when that database is unavailable."""
-    from .selectors import active_counts
+def active_condition_families() -> Iterator[Metric]:
+    """For the web process's own registry, from Django's database (raises DatabaseError when it is
+    unavailable): conditions active by kind, queued requests near Phorge's collection per hook (as the
+    watcher last counted them), and requests lost to it per hook, in all."""
+    from .models import AlertCondition
+    from .selectors import active_counts, lost_totals
 
     family = GaugeMetricFamily(
         "gorge_webhook_alert_conditions_active", "Alert conditions active now, by kind.", labels=["kind"]
@@ -42,3 +44,20 @@ def active_condition_families() -> Iterator[GaugeMetricFamily]:
     for kind in KINDS:
         family.add_metric([kind], counts.get(kind, 0))
     yield family
+    near = GaugeMetricFamily(
+        "gorge_webhook_requests_near_collection",
+        "Queued requests within GORGE_ALERT_GC_HOURS of Phorge's garbage collection, by hook (watcher's count).",
+        labels=["hook"],
+    )
+    for condition in AlertCondition.objects.filter(active=True, kind="collection").only("hook_phid", "detail"):
+        count = condition.detail.get("count") if isinstance(condition.detail, dict) else None
+        near.add_metric([condition.hook_phid], int(count) if isinstance(count, int) else 0)
+    yield near
+    lost = CounterMetricFamily(
+        "gorge_webhook_requests_lost_to_collection",
+        "Queued requests Phorge's garbage collection deleted before they were delivered, by hook.",
+        labels=["hook"],
+    )
+    for hook_phid, total in lost_totals().items():
+        lost.add_metric([hook_phid], total)
+    yield lost

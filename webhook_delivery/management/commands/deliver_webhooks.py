@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 from typing import Any
 
 from django.conf import settings
@@ -37,6 +38,11 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-port", type=_port, help="serve Prometheus metrics on this port")
         # All interfaces by default: Prometheus scrapes containers from outside. Metrics hold no secrets.
         parser.add_argument("--metrics-addr", default="0.0.0.0", help="address for --metrics-port")  # noqa: S104
+        parser.add_argument(
+            "--watch",
+            action="store_true",
+            help="also run the alert watcher (watch_webhooks) in this process; GORGE_ALERT_IN_WORKER=true does too",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbosity = int(options["verbosity"])
@@ -53,6 +59,13 @@ class Command(BaseCommand):
             once=options["once"],
         )
         restore = worker.install_signal_handlers()  # before anything can see us up and send SIGTERM
+        watching = threading.Event()
+        if (options["watch"] or settings.GORGE_ALERT.in_worker) and not options["once"]:
+            from webhook_delivery.alerts.watcher import Watcher
+
+            # A thread of its own with its own connections: notifications never wait on deliveries, nor
+            # deliveries on a channel; several workers watching still notify each condition once.
+            threading.Thread(target=Watcher().run_forever, args=(watching,), name="alert-watcher", daemon=True).start()
         try:
             if options["metrics_port"]:
                 from prometheus_client import start_http_server
@@ -63,4 +76,5 @@ class Command(BaseCommand):
                 for line in worker.summary():
                     self.stdout.write(line)
         finally:
+            watching.set()
             restore()
