@@ -13,15 +13,16 @@ from typing import Any
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db.models import BooleanField, ExpressionWrapper, OuterRef, Q, QuerySet, Subquery
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Lower
 from django.http import HttpRequest
-from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from . import selectors
-from .herald import utc
+from . import links, selectors
+from .herald import text, utc
 from .models import HeraldWebhook, HeraldWebhookRequest
+from .outcomes import is_success
 from .payload import phid_get_type
 from .phpjson import UndecodableProperties, decode_properties
 
@@ -52,9 +53,9 @@ def error_text(error_type: str, error_code: object) -> str:
     """errorType / errorCode as stored, except that a 2xx answer (Phorge files it there too) reads as the
     success it is."""
     code = str(error_code)
-    if error_type == "http" and code.isdigit() and 200 <= int(code) < 300:
+    if is_success(error_type, code):
         return f"HTTP {code} (success)"
-    return f"{error_type} / {code}"
+    return f"{error_type} / {code[:40]}"
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -110,9 +111,7 @@ class HeraldWebhookAdmin(ReadOnlyAdmin):
 
     @admin.display(description="attempts")
     def history(self, obj: Any) -> str:
-        return format_html(
-            '<a href="{}">recent attempts and latency</a>', reverse("webhook_delivery:hook", args=[obj.phid])
-        )
+        return links.page_link("hook", obj.phid, "recent attempts and latency")
 
     @admin.display(description="HMAC key")
     def signing_key(self, obj: Any) -> str:
@@ -155,7 +154,17 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[HeraldWebhookRequest]:
         hook = HeraldWebhook.objects.filter(phid=OuterRef("webhook_phid"))
         queryset: QuerySet[HeraldWebhookRequest] = super().get_queryset(request)
-        return queryset.annotate(hook_name=Subquery(hook.values("name")[:1]), hook_id=Subquery(hook.values("id")[:1]))
+        # The list shows each row's error, never its properties: the database reads the two keys out, so a
+        # page of multi-megabyte rows costs what it shows (the form loads the one row it displays).
+        errors = {
+            f"stored_{key}": RawSQL(selectors.stored_error_sql(key), ())  # noqa: S611 - constant SQL, no input
+            for key in ("errorType", "errorCode")
+        }
+        return (
+            queryset.defer("properties")
+            .annotate(hook_name=Subquery(hook.values("name")[:1]), hook_id=Subquery(hook.values("id")[:1]))
+            .annotate(**errors)
+        )
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[HeraldWebhookRequest], search_term: str
@@ -185,9 +194,7 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
 
     @admin.display(description="attempts")
     def history(self, obj: Any) -> str:
-        return format_html(
-            '<a href="{}">every attempt on record</a>', reverse("webhook_delivery:request", args=[obj.phid])
-        )
+        return links.page_link("request", obj.phid, "every attempt on record")
 
     @admin.display(description="in Phorge")
     def in_phorge(self, obj: Any) -> str:
@@ -220,14 +227,20 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
             return None
 
     @admin.display(description="error")
-    def error(self, obj: HeraldWebhookRequest) -> str:
-        properties = self._properties(obj) or {}
-        if "errorType" not in properties:
+    def error(self, obj: Any) -> str:
+        error_type = obj.stored_errorType
+        if error_type is None:
             return "-"
-        return error_text(str(properties["errorType"]), properties.get("errorCode", ""))
+        return error_text(text(error_type), text(obj.stored_errorCode))
 
     @admin.display(description="properties")
     def decoded_properties(self, obj: HeraldWebhookRequest) -> str:
+        if len(obj.properties) > selectors.SHOWN_PROPERTIES:
+            return format_html(
+                "<p>{} characters, too large to decode here; the first 4,000:</p><pre>{}</pre>",
+                len(obj.properties),
+                obj.properties[:4000],
+            )
         properties = self._properties(obj)
         if properties is None:
             return format_html("<p>Not valid JSON; stored text:</p><pre>{}</pre>", obj.properties[:4000])

@@ -15,6 +15,21 @@ INVALID_OBJECT = "object"
 NOT_FOUND = "not-found"
 
 
+def http_status(error_code: object) -> int | None:
+    """A stored errorCode as an HTTP status (three ASCII digits), else None. Codes come from rows anyone
+    could have written: "²" passes str.isdigit() and fails int(), and 5,000 digits fail int() too."""
+    code = str(error_code)
+    if len(code) == 3 and code.isascii() and code.isdigit() and code[0] != "0":
+        return int(code)
+    return None
+
+
+def is_success(error_type: str, error_code: object) -> bool:
+    """Phorge files a success under errorType/errorCode too: http and a 2xx status."""
+    status = http_status(error_code)
+    return error_type == "http" and status is not None and 200 <= status < 300
+
+
 @dataclass(frozen=True)
 class HttpOutcome:
     """What PHP would store: `errorType` (http or timeout) and `errorCode`; success iff 2xx status."""

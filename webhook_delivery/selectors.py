@@ -100,12 +100,23 @@ def _hook_filter(phids: Sequence[str], column: str = "webhookPHID") -> tuple[str
 FAILED_ROW = "(status = 'failed' OR lastRequestResult = 'fail')"
 
 
-def _json_text(dialect: Dialect, key: str) -> str:
-    """properties.<key> of a failed row as text (NULL otherwise): only failures carry a meaningful error."""
+def _json_text(dialect: Dialect, key: str, *, only_failed: bool = True, column: str = "properties") -> str:
+    """properties.<key> as text, read by the database (NULL when absent or not JSON); by default only of a
+    failed row: only failures carry a meaningful error."""
+    failed = f"{FAILED_ROW} AND " if only_failed else ""
     if dialect.is_mysql:
-        value = f"JSON_UNQUOTE(JSON_EXTRACT(properties, '$.{key}'))"
-        return f"CASE WHEN {FAILED_ROW} AND JSON_VALID(properties) THEN {value} END"
-    return f"CASE WHEN {FAILED_ROW} AND json_valid(properties) THEN json_extract(properties, '$.{key}') END"
+        value = f"JSON_UNQUOTE(JSON_EXTRACT({column}, '$.{key}'))"
+        return f"CASE WHEN {failed}JSON_VALID({column}) THEN {value} END"
+    return f"CASE WHEN {failed}json_valid({column}) THEN json_extract({column}, '$.{key}') END"
+
+
+def stored_error_sql(key: str) -> str:
+    """SQL for properties.<key> (errorType, errorCode) of any row, read by the database: for lists that show
+    the error and must not load the properties."""
+    return _json_text(_dialect(), key, only_failed=False)
+
+
+SHOWN_PROPERTIES = 256 * 1024  # bytes decoded for a page; beyond, the database reads out what is shown
 
 
 # -- hooks -------------------------------------------------------------------------------------------
@@ -522,19 +533,31 @@ class RequestDetail:
 
 def request_detail(phid: str) -> RequestDetail | None:
     """One request and its hook's name and status (never the hook's URI or key)."""
+    dialect = _dialect()
     columns = ", ".join(f"r.{column.strip()}" for column in REQUEST_COLUMNS.split(","))
+    shown = f"CASE WHEN LENGTH(r.properties) <= {SHOWN_PROPERTIES} THEN r.properties END"
+    valid = "JSON_VALID(r.properties)" if dialect.is_mysql else "json_valid(r.properties)"
+    extracted = [
+        _json_text(dialect, key, only_failed=False, column="r.properties") for key in ("errorType", "errorCode")
+    ]
     rows = _fetch(
-        f"SELECT {columns}, r.properties, h.name, h.id, h.status FROM {REQUESTS} r "
+        f"SELECT {columns}, {shown}, h.name, h.id, h.status, {valid}, {', '.join(extracted)} FROM {REQUESTS} r "
         f"LEFT JOIN {HOOKS} h ON h.phid = r.webhookPHID WHERE r.phid = %(phid)s",
         {"phid": phid},
     )
     if not rows:
         return None
     row = RequestRow.from_columns(rows[0])
-    try:
-        properties: dict[str, Any] | None = decode_properties(row.properties or "")
-    except UndecodableProperties:
-        properties = None
+    properties: dict[str, Any] | None
+    if row.properties is not None:
+        try:
+            properties = decode_properties(row.properties)
+        except UndecodableProperties:
+            properties = None
+    else:  # too large to decode for a page: only what the page shows, read by the database
+        is_json, error_type, error_code = rows[0][13:16]
+        found = {"errorType": error_type, "errorCode": error_code}
+        properties = {key: text(value) for key, value in found.items() if value is not None} if is_json else None
     name, hook_id, hook_status = rows[0][10:13]
     return RequestDetail(
         row=row,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
-from django.urls import reverse
 from django.utils.html import format_html
 
 from ..admin import ReadOnlyAdmin, error_text
+from ..links import page_link
 from .models import DeliveryAttempt, WorkerHeartbeat
 
 
@@ -49,11 +49,7 @@ class DeliveryAttemptAdmin(ReadOnlyAdmin):
 
     @admin.display(description="request", ordering="started_at")
     def request(self, obj: DeliveryAttempt) -> str:
-        return format_html(
-            '<a href="{}"><code>{}</code></a>',
-            reverse("webhook_delivery:request", args=[obj.request_phid]),
-            obj.request_phid,
-        )
+        return page_link("request", obj.request_phid, obj.request_phid, code=True)
 
     @admin.display(description="outcome")
     def error(self, obj: DeliveryAttempt) -> str:

@@ -7,9 +7,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django import template
+from django.utils.safestring import SafeString
 
+from .. import links
 from ..herald import utc
 from ..history import DeliverySeries
+from ..outcomes import http_status, is_success
 
 register = template.Library()
 
@@ -72,6 +75,12 @@ def percent(share: float | None) -> str:
 
 
 @register.simple_tag
+def page_link(page: str, phid: object, label: object, code: bool = False) -> SafeString:
+    """`{% page_link "hook" phid name %}`: a link to our page about the row, or the label alone."""
+    return links.page_link(page, phid, label, code=code)
+
+
+@register.simple_tag
 def error_label(error_type: str, error_code: str) -> str:
     """Phorge's wording for an errorType/errorCode pair (HeraldWebhookRequest display names)."""
     code = str(error_code)
@@ -82,12 +91,12 @@ def error_label(error_type: str, error_code: str) -> str:
     if error_type == "timeout":
         return f"Timeout ({code})"
     if error_type == "http":
-        if code.isdigit() and 200 <= int(code) < 300:
-            return f"HTTP {code} (success)"  # Phorge files a success under errorType/errorCode too
-        if code.isdigit() and int(code) >= 100:
+        if is_success(error_type, code):
+            return f"HTTP {code} (success)"
+        if http_status(code) is not None:
             return f"HTTP {code}"
         reason = CURL_ERRORS.get(code)
-        return f"cURL {code}: {reason}" if reason else f"cURL {code}"
+        return f"cURL {code}: {reason}" if reason else f"cURL {code[:20]}"
     return f"{error_type} {code}".strip()
 
 
