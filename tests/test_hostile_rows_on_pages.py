@@ -11,7 +11,7 @@ from django.test import Client
 
 from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.ui_helpers import logged_attempt
-
+from webhook_delivery.outcomes import http_status, is_success
 
 pytestmark = PHORGE_DB
 
