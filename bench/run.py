@@ -75,6 +75,7 @@ ROWS = [
     Row("   latency p95", "lat_p95", "ms"),
     Row("   latency p99", "lat_p99", "ms", "<= 300 ms", lambda v: v <= 300),
     Row("   latency max", "lat_max", "ms"),
+    Row("   idle: statements/s one worker sends MariaDB, nothing arriving", "idle_statements_per_sec", "/s", digits=1),
     Row("6. drain N, empty history + 1 stuck request", "drain_empty", "s", digits=2),
     Row("   drain N, 1M retained sent rows + 1 stuck request", "drain_1m", "s", digits=2),
     Row("   ... ratio 1M / empty", "drain_ratio", "x", "<= 1.2x", lambda v: v <= 1.2, digits=2),
@@ -222,6 +223,7 @@ def repetition(ctx: Context, figures: dict[str, float]) -> None:
     figures.update(scenarios.drain(ctx, "two", hooks=16, count=n, processes=2))
     log(f"run {ctx.repetition}: 5. latency, {ctx.sizes.latency_sec:.0f} s at 20 inserts/s")
     figures.update(scenarios.latency(ctx))
+    figures.update(scenarios.idle_database_cost(ctx, ctx.sizes.latency_sec / 2))
     log(f"run {ctx.repetition}: 6. retained history" + ("" if ctx.sizes.history_rows else " (empty only)"))
     figures.update(scenarios.history(ctx))
     log(f"run {ctx.repetition}: 7. --max-concurrent 32, 32 hooks, N={n}")

@@ -326,6 +326,34 @@ def latency(ctx: Context, *, rate: float = 20.0, hooks: int = 16) -> dict[str, f
     }
 
 
+def idle_database_cost(ctx: Context, seconds: float) -> dict[str, float]:
+    """Statements per second one worker at defaults sends MariaDB with nothing arriving (Questions counter;
+    the bench's own connections are idle meanwhile)."""
+    db = ctx.db
+    db.clear()
+    worker = ctx.worker(db.name, "idle").start()
+
+    def questions() -> int:
+        with db.cursor() as cursor:
+            cursor.execute("SHOW GLOBAL STATUS LIKE 'Questions'")
+            return int(cursor.fetchone()[1])
+
+    try:
+        worker.wait_for_log(READY_LINE, 30)
+        time.sleep(QUICK_SETTLE_SEC)  # past any quick polling after start-up
+        before, started = questions(), time.monotonic()
+        time.sleep(seconds)
+        after, elapsed = questions(), time.monotonic() - started
+        worker.signal(signal.SIGTERM)
+        _exit_ok(worker, worker.wait(60))
+    finally:
+        worker.kill()
+    return {"idle_statements_per_sec": (after - before - 1) / elapsed}
+
+
+QUICK_SETTLE_SEC = 3.0
+
+
 def _insert_steadily(db: HeraldDB, hooks: list[Hook], rate: float, seconds: float) -> list[tuple[Request, float]]:
     """One row at a time on a fixed schedule (no drift), each stamped with the wall clock before its INSERT."""
     inserted = []

@@ -567,3 +567,72 @@ def test_watcher_runs_as_a_daemon_thread_and_stops_on_its_event(phorge: Phorge, 
         stop.set()
         thread.join(10)
     assert not thread.is_alive()
+
+
+@pytest.mark.slow
+def test_the_watcher_inside_a_worker_never_holds_up_delivery_while_both_channels_fail(
+    phorge: Phorge, receiver: Receiver, chat: Chat, site: str, workers: Any
+) -> None:
+    """`deliver_webhooks --watch` with SMTP down and the chat URL hanging: the healthy hook's requests go out
+    while the chat call hangs, the failures are logged once, and the alert goes out once both are back."""
+    smtp = Smtp()  # not started yet: refused
+    chat.hang()
+    broken = phorge.hook(receiver.url("/broken/s500"), name="broken")
+    phorge.request(broken, retry="forever")
+    env = channel_env(site, smtp, chat, GORGE_WEBHOOK_ERROR_THRESHOLD="1", GORGE_WEBHOOK_POLL_INTERVAL_MS="100")
+    worker = workers("worker", "--watch", **env).start()
+    try:
+        wait_for(lambda: any(r.path.startswith("/chat/") for r in receiver.requests), 30, "a chat call (it hangs)")
+        healthy = phorge.hook(receiver.url("/healthy/ok"), name="healthy")
+        for _ in range(100):
+            phorge.request(healthy)
+        wait_for(lambda: _count([r.path for r in receiver.requests], "/healthy/") == 100, 30, "the healthy hook")
+        hung = [r for r in receiver.requests if r.path.startswith("/chat/")]
+        delivered = [r for r in receiver.requests if r.path.startswith("/healthy/")]
+        assert not chat.texts, "nothing reached the chat channel yet"
+        assert any(h.at <= d.at <= h.at + 2 for h in hung for d in delivered), "delivered while a chat call hung"
+
+        def failing_lines() -> int:
+            messages = [line.get("message", "") for line in worker.lines()]
+            return len([m for m in messages if m.startswith("alert channel failing")])
+
+        wait_for(lambda: failing_lines() >= 2, 15, "both channels logged as failing")
+        time.sleep(1.5)  # several more passes
+        assert failing_lines() == 2  # chat and e-mail, once each
+        smtp.start()
+        chat.answer()
+        wait_for(
+            lambda: _count(smtp.bodies, "ALERT", broken) == 1 and _count(chat.texts, "ALERT", broken) == 1,
+            30,
+            "catch-up",
+        )
+    finally:
+        worker.stop()
+        smtp.stop()
+    assert_no_secrets(smtp.bodies + chat.texts + [worker.log.read_text()], phorge, chat)
+
+
+def test_alerts_holds_and_losses_are_shown_where_operators_look(
+    phorge: Phorge, receiver: Receiver, chat: Chat, client: Any, django_user_model: Any, settings: Any
+) -> None:
+    from tests.helpers import viewer
+    from webhook_delivery.status.holds import hold
+
+    hook = failing_hook(phorge, receiver, "shown")
+    settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3, service_token="t0ken")
+    Watcher(alert_config(None, chat), settings.GORGE_WEBHOOK).tick()
+    HookLoss.objects.create(hook_phid=hook, hook_name="shown", lost_total=4)
+    hold(hook, reason="receiver <b>moving</b>", held_by="ops")
+    client.force_login(viewer(django_user_model))
+    for page in (client.get("/").content.decode(), client.get(f"/hooks/{hook}/").content.decode()):
+        assert 'id="alerts"' in page and f'data-key="receiver:{hook}"' in page
+        assert 'id="holds"' in page and "receiver &lt;b&gt;moving&lt;/b&gt;" in page
+    assert "4 requests of this hook were deleted by Phorge" in client.get(f"/hooks/{hook}/").content.decode()
+    health = json.loads(client.get("/api/webhook/health", HTTP_X_SERVICE_TOKEN="t0ken").content)["data"]
+    assert [a["key"] for a in health["alerts"]] == [f"receiver:{hook}"]
+    assert health["lost_to_collection"] == {hook: 4}
+    assert [h["hook"] for h in health["holds"]] == [hook]
+    scraped = client.get("/metrics").content.decode()
+    assert 'gorge_webhook_alert_conditions_active{kind="receiver"} 1.0' in scraped
+    assert f'gorge_webhook_requests_lost_to_collection_total{{hook="{hook}"}} 4.0' in scraped
+    assert_no_secrets([scraped, json.dumps(health)], phorge, chat)

@@ -82,6 +82,27 @@ def test_a_failed_attempt_stays_counted_after_the_retry_succeeds(
     assert "this service (an attempt below)" in page
 
 
+def test_a_failed_request_requeued_and_resent_stays_counted_on_the_chart_and_the_hook_page(
+    staff: Any, phorge: Phorge, delivery_config: Any
+) -> None:
+    from django.core.management import call_command
+
+    with Receiver() as receiver:
+        hook = phorge.hook(receiver.url("/requeue/s503"), name="Requeued receiver")
+        request = phorge.request(hook, retry="never")
+        Worker(delivery_config, once=True).run()
+        assert phorge.row(request)["status"] == "failed"
+        phorge.execute("UPDATE herald_webhook SET webhookURI = %s WHERE phid = %s", (receiver.url("/requeue/ok"), hook))
+        call_command("requeue_webhooks", "--hook", hook, "--yes")
+        Worker(delivery_config, once=True).run()
+        assert [r.path for r in receiver.requests] == ["/requeue/s503", "/requeue/ok"]
+    assert (phorge.row(request)["status"], phorge.row(request)["lastRequestResult"]) == ("sent", "okay")
+    series = history.delivery_series(phorge.now())
+    assert (sum(series.sent), sum(series.failed)) == (1, 1)
+    hook_text = plain(staff.get(f"/hooks/{hook}/").content.decode())
+    assert "50.0 % 1 of 2 attempts" in hook_text and "HTTP 503 fail 1" in hook_text
+
+
 def test_phorges_php_deliveries_are_not_drawn_as_ours(staff: Any, phorge: Phorge) -> None:
     hook = phorge.hook("http://127.0.0.1:9/php", name="Delivered by PHP")
     now = phorge.now()

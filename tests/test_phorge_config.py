@@ -20,7 +20,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 
-from tests.helpers import PHORGE_DB, Phorge
+from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.processes import ROOT, wait_for
 from tests.receiver import Receiver
@@ -197,6 +197,7 @@ def test_no_file_no_grant_no_variable_delivers_nothing_and_says_so_everywhere(
     phorge: Phorge,
     unset: Any,
     client: Any,
+    django_user_model: Any,
     settings_cache: None,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -220,10 +221,17 @@ def test_no_file_no_grant_no_variable_delivers_nothing_and_says_so_everywhere(
         assert worker.summary()[0].startswith("nothing delivered: phabricator.silent is unknown")
         assert worker.snapshot()["delivery_paused"] is not None
 
-        monkeypatch.setattr(settings, "GORGE_WEBHOOK", unset)
+        monkeypatch.setattr(settings, "GORGE_WEBHOOK", dataclasses.replace(unset, service_token="t0ken"))
         ready = client.get("/readyz")
         assert ready.status_code == 503
         assert "phabricator.silent is unknown" in json.loads(ready.content)["reason"]
+        health = json.loads(client.get("/api/webhook/health", HTTP_X_SERVICE_TOKEN="t0ken").content)["data"]
+        assert "phabricator.silent is unknown" in health["phorge_settings"]["delivery_paused"]
+        silent_line = next(s for s in health["phorge_settings"]["settings"] if s["option"] == "phabricator.silent")
+        assert (silent_line["value"], silent_line["source"]) == ("unknown", "unknown")
+        client.force_login(viewer(django_user_model))
+        page = client.get("/").content.decode()
+        assert 'data-paused="yes"' in page and "Nothing is delivered:" in page
 
         Worker(dataclasses.replace(unset, silent=False), once=True).run()  # declared: the same request goes out
         assert len(receiver.requests) == 1

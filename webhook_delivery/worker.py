@@ -49,6 +49,8 @@ LOCK_BUSY_SKIP_SEC = 1.0
 LOCK_CHECK_SEC = 1.0
 DB_RETRY_MAX_SEC = 30.0
 PAUSED_REPEAT_SEC = 300.0
+QUICK_POLL_SEC = 0.02  # the poll period while requests keep arriving
+QUICK_FOR_SEC = 2.0  # how long after the last arrival the poll stays quick
 
 
 class Lanes:
@@ -163,6 +165,7 @@ class Worker:
         self._last_lock_check = 0.0
         self._reported: dict[str, int] = {}
         self.paused: str | None = None  # why nothing is delivered now (silent mode unknown)
+        self._quick_until = float("-inf")
         self._paused_said = float("-inf")
 
     def count(self, key: str, amount: int = 1) -> None:
@@ -302,13 +305,20 @@ class Worker:
         if running:
             done, _ = wait(
                 list(running),
-                timeout=0 if busy and len(running) < self.max_concurrent else self.poll_interval,
+                timeout=0 if busy and len(running) < self.max_concurrent else self._poll_period(),
                 return_when=FIRST_COMPLETED,
             )
             for future in done:
                 self._absorb(future.result(), running.pop(future))
         elif not busy:
-            self.stopping.wait(self.poll_interval)
+            self.stopping.wait(self._poll_period())
+
+    def _poll_period(self) -> float:
+        """Quick while requests keep arriving, the configured idle period otherwise: with nothing arriving
+        the database sees no more polls than the idle period allows."""
+        if time.monotonic() < self._quick_until:
+            return min(self.poll_interval, QUICK_POLL_SEC)
+        return self.poll_interval
 
     # -- main thread: poll and schedule ----------------------------------------------------------
 
@@ -322,7 +332,10 @@ class Worker:
     def _poll_and_schedule(self, pool: ThreadPoolExecutor, running: dict[Future[JobResult], Job]) -> tuple[bool, bool]:
         try:
             connections[self.alias].close_if_unusable_or_obsolete()
+            frontier = self.window.frontier
             more = self.window.poll()
+            if self.window.frontier != frontier:  # new requests arrived: more are likely to follow
+                self._quick_until = time.monotonic() + QUICK_FOR_SEC
             if self._pause_for_silent_mode():
                 self._database_recovered()
                 return False, False
