@@ -18,6 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class WorkerProcess:
+    """A real `manage.py deliver_webhooks` (or another long-running command) logging JSON lines to a file."""
+
+    command = "deliver_webhooks"
+
     def __init__(self, tmp: Path, name: str, *args: str, **env: str) -> None:
         self.log = tmp / f"{name}.log"
         self.args = args
@@ -27,7 +31,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "manage.py", "deliver_webhooks", *self.args],
+                [sys.executable, "manage.py", self.command, *self.args],
                 cwd=ROOT,
                 env=self.env,
                 stdout=log,

@@ -25,7 +25,7 @@ from aiosmtpd.controller import Controller
 from django.conf import settings
 
 from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
-from tests.processes import ROOT, wait_for
+from tests.processes import ROOT, WorkerProcess, wait_for
 from tests.receiver import Receiver
 from tests.settings import TEST_SERVER
 from webhook_delivery.alerts import metrics
@@ -354,23 +354,8 @@ def site(site_database: str) -> str:
     return site_database
 
 
-class WatcherProcess:
-    def __init__(self, tmp: Path, name: str, *args: str, **env: str) -> None:
-        self.log = tmp / f"{name}.log"
-        self.args = args
-        self.env = worker_env(LOG_FORMAT="json", **env)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> WatcherProcess:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "manage.py", "watch_webhooks", *self.args],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        return self
+class WatcherProcess(WorkerProcess):
+    command = "watch_webhooks"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -378,8 +363,7 @@ class WatcherProcess:
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+                super().stop()
 
 
 @pytest.fixture
