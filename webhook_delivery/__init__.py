@@ -11,20 +11,25 @@ Worker side (`manage.py deliver_webhooks`):
   dispatcher.py  one processing in Phorge's check order, no database
   transport.py, netguard.py   one HTTP attempt with Phorge's SSRF rules, pinned addresses, one deadline
   payload.py, phpjson.py, outcomes.py, locks.py   pure: Phorge's bytes, values and lock names
-  phorge_lookups.py   read-only views into Phorge's other databases (objects, settings, PHP worker)
+  phorge_lookups.py   read-only views into Phorge's other databases (objects, PHP worker)
+  phorge_config.py    Phorge's own switches: its local.json, then its config database, then its defaults
+  delivery_id.py, memory.py   the opt-in webhook-id header; giving back what large requests used
   attempts.py    the attempt log: every attempt, written to Django's database off the delivery path
   metrics.py     the worker's Prometheus metrics
 
-Recovery (`manage.py requeue_webhooks`):
+Recovery and operators' commands:
   requeue.py     failed requests back to the queue, through store.py; running workers told by status/notices.py
+  status/holds.py   `manage.py hold_webhooks`: hooks held in Django's database, skipped by workers
+  alerts/        `manage.py watch_webhooks` (or `deliver_webhooks --watch`): conditions, de-duplication,
+                 e-mail and chat channels, in Django's database
 
 Web side (gunicorn: dashboard, admin, JSON diagnostics, probes):
   selectors.py   every read of Phorge's tables and the heartbeats the pages do; history.py the attempt log's
-  views.py, api.py, admin.py, web_metrics.py, templatetags/
+  views.py, api.py, admin.py, web_metrics.py, templatetags/, access.py (who sees the pages), links.py
 
 Shared:
   herald.py      Phorge's data as values: rows, value domains, the due and breaker rules in Python and SQL
   state.py       typed contracts between processes (heartbeat, PHP guard)
-  config.py, checks.py, logformat.py, models.py, grants.py, sql/ (Phorge's DDL), demo/ (`manage.py demo`),
+  config.py, checks.py, logformat.py, terminal.py, models.py, grants.py, sql/ (Phorge's DDL), demo/ (`manage.py demo`),
   status/ (Django's own tables: heartbeats, attempt log, requeue notices), management/commands/
 """

@@ -9,7 +9,6 @@ pool; the lock lives on the process's lock session.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import enum
 import logging
@@ -26,6 +25,7 @@ from .config import DeliveryConfig
 from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
 from .herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
 from .locks import webhook_lock_name
+from .memory import release_free_memory
 from .outcomes import Outcome, with_error
 from .phorge_lookups import PhpWorkerGuard
 from .phpjson import UndecodableProperties, decode_properties, encode_compact
@@ -38,32 +38,6 @@ WRITE_MARGIN_SEC = 2.0
 LARGE_AT_ONCE = 1  # requests with large properties in hand at once, per process: memory stays bounded
 PHP_TASK_RECHECK_SEC = 15  # PHP's own worker yields a busy hook for 15 s
 PHP_YOUNG_SEC = 3
-
-
-def _glibc() -> Any:
-    try:
-        libc = ctypes.CDLL(None)
-        libc.malloc_trim, libc.mallopt  # noqa: B018 - present only in glibc
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
-_LIBC = _glibc()
-M_ARENA_MAX = -8
-
-
-def limit_malloc_arenas(count: int = 2) -> None:
-    """glibc gives each thread its own malloc arena and keeps freed megabytes in it: with a hundred delivery
-    threads, every thread that once held a large request keeps its size. Call before the threads start."""
-    if _LIBC is not None:
-        _LIBC.mallopt(M_ARENA_MAX, count)
-
-
-def release_free_memory() -> None:
-    """Hand the memory of a large request, now freed, back to the system."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
 
 
 class Lane(enum.Enum):

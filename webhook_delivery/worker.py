@@ -29,7 +29,8 @@ from .attempts import AttemptLog
 from .config import PHORGE_ALIAS, DeliveryConfig
 from .dispatcher import Dispatcher
 from .herald import Hook, RequestResult
-from .job import Counters, Job, JobResult, JobRunner, Lane, limit_malloc_arenas
+from .job import Counters, Job, JobResult, JobRunner, Lane
+from .memory import limit_malloc_arenas
 from .phorge_config import PhorgeSettings
 from .phorge_lookups import PhorgeObjects, PhpWorkerGuard
 from .sessions import LockSession, SessionPool, close_quietly
