@@ -14,6 +14,7 @@ import environ
 
 from webhook_delivery.alerts.config import load_alert_config
 from webhook_delivery.config import PHORGE_ALIAS, ConfigError, load_config, parse_bool
+from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -61,6 +62,7 @@ INSTALLED_APPS = [
     "webhook_delivery",
     "webhook_delivery.status",
     "webhook_delivery.alerts",
+    "webhook_delivery.phorge_auth",
     "axes",
 ]
 
@@ -73,6 +75,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "webhook_delivery.phorge_auth.middleware.PhorgeRecheckMiddleware",  # re-asks Phorge: tokens never expire
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
 ]
@@ -90,6 +93,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "webhook_delivery.phorge_auth.context.login_options",
             ],
         },
     },
@@ -171,7 +175,12 @@ X_FRAME_OPTIONS = "DENY"
 # Login throttling (django-axes): a username tried from one client address is locked for 15 minutes after
 # 5 wrong passwords. Behind proxies, the client is the address the nearest GORGE_TRUSTED_PROXIES proxies
 # saw (X-Forwarded-For from the right); without proxies, the socket's peer.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# LocalPasswordBackend is Django's ModelBackend that, with GORGE_PHORGE_OAUTH_ONLY on, refuses passwords
+# except for the break-glass superusers (webhook_delivery/phorge_auth/backends.py).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "webhook_delivery.phorge_auth.backends.LocalPasswordBackend",
+]
 AXES_FAILURE_LIMIT = 5
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
@@ -211,6 +220,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
+        # At DEBUG, Django's template engine logs whole contexts, the request's query string included (the
+        # OAuth callback's code): never below INFO.
+        "django.template": {"level": "INFO"},
         "urllib3": {"level": "WARNING"},
     },
 }
@@ -223,5 +235,59 @@ globals().update(dict(GORGE_ALERT.email_settings))  # EMAIL_BACKEND, EMAIL_HOST,
 EMAIL_TIMEOUT = GORGE_ALERT.channel_timeout_sec
 DEFAULT_FROM_EMAIL = GORGE_ALERT.email_from
 SERVER_EMAIL = GORGE_ALERT.email_from
+
+
+def _http_url(name: str, raw: str) -> str:
+    raw = raw.strip().rstrip("/")
+    if raw and not (raw.startswith(("http://", "https://")) and "?" not in raw and "#" not in raw):
+        _errors.append(ConfigError(name, f"expected an http(s) address with no query or fragment, got {raw!r}"))
+        return ""
+    return raw
+
+
+# Sign in with Phorge (webhook_delivery.phorge_auth): Phorge's OAuth server signs in Phorge's administrators.
+_oauth_client_id = os.environ.get("GORGE_PHORGE_OAUTH_CLIENT_ID", "").strip()
+_oauth_client_secret = os.environ.get("GORGE_PHORGE_OAUTH_CLIENT_SECRET", "").strip()
+if bool(_oauth_client_id) != bool(_oauth_client_secret):
+    _errors.append(
+        ConfigError(
+            "GORGE_PHORGE_OAUTH_CLIENT_SECRET" if _oauth_client_id else "GORGE_PHORGE_OAUTH_CLIENT_ID",
+            "Sign in with Phorge needs both GORGE_PHORGE_OAUTH_CLIENT_ID and GORGE_PHORGE_OAUTH_CLIENT_SECRET",
+        )
+    )
+if _oauth_client_id and not _oauth_client_id.startswith("PHID-OASC-"):
+    _errors.append(
+        ConfigError("GORGE_PHORGE_OAUTH_CLIENT_ID", "expected the OAuth client's PHID (PHID-OASC-...) from Phorge")
+    )
+_oauth_recheck_raw = os.environ.get("GORGE_PHORGE_OAUTH_RECHECK_SEC", "").strip()
+_oauth_recheck = 300
+if _oauth_recheck_raw:
+    if _oauth_recheck_raw.isascii() and _oauth_recheck_raw.isdigit() and 1 <= int(_oauth_recheck_raw) <= 86400:
+        _oauth_recheck = int(_oauth_recheck_raw)
+    else:
+        _errors.append(
+            ConfigError(
+                "GORGE_PHORGE_OAUTH_RECHECK_SEC", f"expected whole seconds from 1 to 86400, got {_oauth_recheck_raw!r}"
+            )
+        )
+_oauth_only = _flag("GORGE_PHORGE_OAUTH_ONLY", False)
+if _oauth_only and not (_oauth_client_id and _oauth_client_secret):
+    _errors.append(
+        ConfigError("GORGE_PHORGE_OAUTH_ONLY", "needs Sign in with Phorge configured (client id and secret)")
+    )
+GORGE_PHORGE_OAUTH = PhorgeOAuthConfig(
+    client_id=_oauth_client_id,
+    client_secret=_oauth_client_secret,
+    url=_http_url("GORGE_PHORGE_OAUTH_URL", os.environ.get("GORGE_PHORGE_OAUTH_URL", "")),
+    site_url=_http_url(
+        "GORGE_PHORGE_OAUTH_SITE_URL",
+        os.environ.get("GORGE_PHORGE_OAUTH_SITE_URL", "") or os.environ.get("GORGE_ALERT_SITE_URL", ""),
+    ),
+    recheck_sec=_oauth_recheck,
+    only=_oauth_only and bool(_oauth_client_id and _oauth_client_secret),
+    break_glass_users=tuple(
+        name.strip() for name in os.environ.get("GORGE_BREAK_GLASS_USERS", "").split(",") if name.strip()
+    ),
+)
 
 GORGE_CONFIG_ERRORS: tuple[ConfigError, ...] = tuple(_errors)

@@ -25,6 +25,8 @@ PUBLIC = {
     "webhook_delivery:metrics",
     "admin:login",
     "admin:logout",
+    "phorge_auth:login",  # Sign in with Phorge: to Phorge's OAuth server (404 when not configured)
+    "phorge_auth:callback",  # ... and back; refuses anything that is not the answer to its own request
 }
 
 

@@ -26,6 +26,8 @@ Recovery and operators' commands:
 Web side (gunicorn: dashboard, admin, JSON diagnostics, probes):
   selectors.py   every read of Phorge's tables and the heartbeats the pages do; history.py the attempt log's
   views.py, api.py, admin.py, web_metrics.py, templatetags/, access.py (who sees the pages), links.py
+  phorge_auth/   Sign in with Phorge: Phorge's OAuth server (Authlib), accounts keyed by Phorge PHID, the
+                 re-check middleware, the break-glass password rule (own migrations, Django's database)
 
 Shared:
   herald.py      Phorge's data as values: rows, value domains, the due and breaker rules in Python and SQL

@@ -1,0 +1,85 @@
+"""Phorge's access tokens never expire, so a session that Phorge signed in is re-checked with user.whoami
+at most every GORGE_PHORGE_OAUTH_RECHECK_SEC. It ends as soon as Phorge says the user is no longer an
+administrator, is disabled, or refuses the token. When Phorge gives no answer the session is kept, with one
+warning in the log, until the third failed re-check in a row (about two intervals later), then it ends too.
+Goes after AuthenticationMiddleware and MessageMiddleware."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth import logout
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+
+from . import accounts
+from .models import PhorgeAccount
+from .phorge import Verdict, WhoAmI, config, unseal, whoami
+from .views import SESSION_PHID
+
+logger = logging.getLogger("webhook_delivery.phorge_auth")
+FAILED_CHECKS_KEPT = 3  # the third failed re-check in a row ends the session
+
+
+class PhorgeRecheckMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        session = getattr(request, "session", None)
+        phid = session.get(SESSION_PHID) if session is not None else None
+        if phid and request.user.is_authenticated:
+            recheck(request, str(phid))
+        return self.get_response(request)
+
+
+def _end(request: HttpRequest, message: str) -> None:
+    logout(request)
+    if hasattr(request, "_messages"):
+        messages.warning(request, message)
+
+
+def recheck(request: HttpRequest, phid: str) -> None:
+    conf = config()
+    account = PhorgeAccount.objects.filter(user__pk=request.user.pk or 0, phid=phid).first()
+    if account is None or not conf.enabled or not getattr(request.user, "is_staff", False):
+        _end(request, "Your Phorge sign-in has ended. Sign in again.")
+        return
+    interval = timedelta(seconds=conf.recheck_sec)
+    now = timezone.now()
+    if account.checked_at > now - interval:
+        return
+    # One re-check per interval for all of this user's requests: the first to move checked_at does it.
+    if not PhorgeAccount.objects.filter(pk=account.pk, checked_at=account.checked_at).update(checked_at=now):
+        return
+    token = unseal(account.token_encrypted)
+    who = whoami(token, conf) if token else WhoAmI(Verdict.REFUSED, "no usable stored token")
+    if who.verdict is Verdict.ADMIN and who.phid != account.phid:
+        who = WhoAmI(Verdict.REFUSED, "the token belongs to another Phorge user")
+
+    if who.verdict is Verdict.ADMIN:
+        if account.unreachable_since is not None:
+            logger.info("Phorge answers again: %s is still an administrator", phid)
+            PhorgeAccount.objects.filter(pk=account.pk).update(unreachable_since=None)
+        return
+    if who.verdict is Verdict.REFUSED:
+        logger.info("Phorge session of %s ended: %s", phid, who.reason)
+        accounts.revoke(phid, forget_token=True)
+        _end(request, "Phorge no longer lets you in here (you must be a Phorge administrator). Signed out.")
+        return
+    if account.unreachable_since is None:
+        grace = (FAILED_CHECKS_KEPT - 1) * conf.recheck_sec
+        logger.warning(
+            "Phorge gives no answer to re-check %s (%s): the session is kept for up to %d s more",
+            phid,
+            who.reason,
+            grace,
+        )
+        PhorgeAccount.objects.filter(pk=account.pk).update(unreachable_since=now)
+        return
+    if now - account.unreachable_since >= (FAILED_CHECKS_KEPT - 1) * interval:
+        logger.warning("Phorge session of %s ended: Phorge gave no answer to %d re-checks", phid, FAILED_CHECKS_KEPT)
+        _end(request, "Phorge could not be reached to confirm your access. Signed out; sign in again later.")

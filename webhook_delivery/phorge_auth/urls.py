@@ -1,0 +1,10 @@
+from django.urls import path
+
+from . import views
+
+app_name = "phorge_auth"
+
+urlpatterns = [
+    path("login/", views.start, name="login"),
+    path("callback/", views.callback, name="callback"),
+]
