@@ -135,18 +135,20 @@ class _NoAccessError(Exception):
 
 def _select(source: ConnectionSource, sql: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
     """Run one SELECT; raise _NoAccessError when the table cannot be read, DatabaseError for anything else."""
-    try:
-        with source() as connection:
-            if connection.vendor != "mysql":
-                raise _NoAccessError(None)
+    # A refused SELECT is answered inside the borrowed connection's block: the connection is fine, and a pool
+    # that saw the error would close it and pay a reconnect on the next read.
+    with source() as connection:
+        if connection.vendor != "mysql":
+            raise _NoAccessError(None)
+        try:
             with connection.cursor() as cursor:
                 cursor.execute(sql, list(params))
                 return list(cursor.fetchall())
-    except DatabaseError as exc:
-        code = _error_code(exc)
-        if code in NO_ACCESS_ERRORS:
-            raise _NoAccessError(code) from exc
-        raise
+        except DatabaseError as exc:
+            code = _error_code(exc)
+            if code in NO_ACCESS_ERRORS:
+                raise _NoAccessError(code) from exc
+            raise
 
 
 class PhorgeObjects:
