@@ -4,6 +4,7 @@ helpers they use are in tests/helpers.py."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from tests.helpers import Phorge, load_herald_schema, mysql_admin, throwaway_name
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS, Phorge, load_herald_schema, mysql_admin, throwaway_name
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 
@@ -100,3 +101,19 @@ def _fresh_web_metrics() -> None:
     from webhook_delivery.web_metrics import COLLECTOR
 
     COLLECTOR.forget()
+
+
+@pytest.fixture
+def chromium(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    if not Path(CHROMIUM).is_file() or shutil.which(CHROMIUM) is None:
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's browser with `apt-get install -y chromium`")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the live server does the database work.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -229,3 +229,17 @@ def _phorge_url() -> str:
     db = settings.DATABASES["phorge"]
     auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
     return f"mysql://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+# Debian's chromium, started the way this machine's closed network wants it (no background connections).
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,34 +15,6 @@ from webhook_delivery.status.models import WorkerHeartbeat
 from webhook_delivery.worker import Worker
 
 pytestmark = [PHORGE_DB, pytest.mark.browser]
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture
-def chromium(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    if not Path(CHROMIUM).is_file() or shutil.which(CHROMIUM) is None:
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's browser with `apt-get install -y chromium`")
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the live server does the database work.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def log_in(page: Any, base: str, user: str, password: str, *, at: str = "/") -> None:

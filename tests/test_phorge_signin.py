@@ -5,7 +5,6 @@ re-checks while signed in, the break-glass account while Phorge is down, and no 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,6 @@ from django.contrib.sessions.models import Session
 
 from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.phorge_oauth_standin import PhorgeStandin, PhorgeUser
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 from webhook_delivery.access import VIEW_PERMISSION
 from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig
 from webhook_delivery.phorge_auth.models import PhorgeAccount
@@ -29,18 +27,8 @@ CALLBACK = "/auth/phorge/callback/"
 
 
 @pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    if not Path(CHROMIUM).is_file() or shutil.which(CHROMIUM) is None:
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's browser with `apt-get install -y chromium`")
-    from playwright.sync_api import sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
+def browser(chromium: Any) -> Any:
+    return chromium  # Debian's chromium, launched once per test as in the dashboard test
 
 
 @pytest.fixture
