@@ -85,14 +85,15 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., Any]]:
 
     started: list[WorkerProcess] = []
 
-    def make(name: str, *args: str, **env: str) -> WorkerProcess:
-        process = WorkerProcess(tmp_path, name, *args, **env)
+    def make(name: str, *args: str, kind: type[WorkerProcess] = WorkerProcess, **env: str) -> WorkerProcess:
+        process = kind(tmp_path, name, *args, **env)
         started.append(process)
         return process
 
     yield make
     for process in started:
         process.stop()
+        print(f"--- {process.log.name}\n" + process.log.read_text()[-4000:])  # shown when the test fails
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Iterator
 from email.message import Message
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -367,18 +366,9 @@ class WatcherProcess(WorkerProcess):
 
 
 @pytest.fixture
-def watchers(tmp_path: Path) -> Iterator[Any]:
-    started: list[WatcherProcess] = []
-
-    def make(name: str, *args: str, **env: str) -> WatcherProcess:
-        process = WatcherProcess(tmp_path, name, *args, **env)
-        started.append(process)
-        return process
-
-    yield make
-    for process in started:
-        process.stop()
-        print(f"--- {process.log.name}\n" + process.log.read_text()[-4000:])  # shown when the test fails
+def watchers(workers: Any) -> Any:
+    """Real `manage.py watch_webhooks` processes, stopped (SIGTERM) at the end like the workers."""
+    return lambda name, *args, **env: workers(name, *args, kind=WatcherProcess, **env)
 
 
 def channel_env(site: str, smtp: Smtp, chat: Chat, **extra: str) -> dict[str, str]:
