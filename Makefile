@@ -1,13 +1,14 @@
 # Two commands for a newcomer: `make demo` and `make test`. The logic lives in scripts/.
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint bench image-test check
+.PHONY: help venv demo test lint bench image-test check unit
 
 help:
 	@echo "make demo   deliver demo webhooks on SQLite to a local receiver, then serve the dashboard"
 	@echo "            (DEMO_SERVE=0: check the dashboard once and exit; DEMO_PORT=8000)"
 	@echo "make test   lint, then the whole test suite against MariaDB (PYTEST_ARGS=..., GORGE_TEST_DB=...)"
 	@echo "make lint   ruff, ruff format --check, mypy, makemigrations --check, manage.py check"
-	@echo "make check  the quick lane while editing: tests without lint, browser or slow process tests"
+	@echo "make check  the quick lane while editing: tests without lint, browser or slow tests (MariaDB)"
+	@echo "make unit   the database-free lane, seconds: tests that need no database, no MariaDB needed"
 	@echo "make bench  delivery throughput, latency, 1M-row history and memory figures (BENCH_ARGS=--quick)"
 	@echo "make image-test  build the image with podman and run web, worker and demo from it for real"
 
@@ -31,3 +32,6 @@ image-test:
 
 check:
 	@scripts/check.sh
+
+unit:
+	@scripts/unit.sh

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-import secrets
 import socket
 import statistics
-import string
 import sys
 import time
 from dataclasses import dataclass
@@ -16,14 +15,26 @@ from typing import Any
 
 import MySQLdb
 
+from tests import testdb
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-MYSQL_HOST = os.environ.get("BENCH_MYSQL_HOST", "127.0.0.1")
-MYSQL_PORT = int(os.environ.get("BENCH_MYSQL_PORT", "3306"))
-MYSQL_USER = os.environ.get("BENCH_MYSQL_USER", "root")
-MYSQL_PASSWORD = os.environ.get("BENCH_MYSQL_PASSWORD", "")
-PHID_ALPHABET = string.ascii_lowercase + "234567"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _server() -> testdb.Server:
+    """The tests' server (GORGE_TEST_DATABASE_URL); the bench's older BENCH_MYSQL_* each replace their part."""
+    server = testdb.server()
+    return dataclasses.replace(
+        server,
+        host=os.environ.get("BENCH_MYSQL_HOST") or server.host,
+        port=int(os.environ.get("BENCH_MYSQL_PORT") or server.port),
+        user=os.environ.get("BENCH_MYSQL_USER") or server.user,
+        password=os.environ.get("BENCH_MYSQL_PASSWORD", server.password),
+    )
+
+
+SERVER = _server()
 
 
 class BenchError(RuntimeError):
@@ -32,30 +43,13 @@ class BenchError(RuntimeError):
 
 def connect(database: str | None = None) -> Any:
     try:
-        return MySQLdb.connect(
-            host=MYSQL_HOST,
-            port=MYSQL_PORT,
-            user=MYSQL_USER,
-            password=MYSQL_PASSWORD,
-            database=database or "",
-            charset="utf8mb4",
-            autocommit=True,
-        )
+        return SERVER.connect(database)
     except MySQLdb.OperationalError as exc:
-        raise BenchError(f"cannot connect to MariaDB at {MYSQL_HOST}:{MYSQL_PORT} as {MYSQL_USER}: {exc}") from exc
+        raise BenchError(f"cannot connect to MariaDB at {SERVER.host}:{SERVER.port} as {SERVER.user}: {exc}") from exc
 
 
 def database_url(database: str) -> str:
-    auth = MYSQL_USER + (f":{MYSQL_PASSWORD}" if MYSQL_PASSWORD else "")
-    return f"mysql://{auth}@{MYSQL_HOST}:{MYSQL_PORT}/{database}"
-
-
-def random_phid(kind: str) -> str:
-    return f"PHID-{kind}-" + "".join(secrets.choice(PHID_ALPHABET) for _ in range(20))
-
-
-def random_key() -> str:
-    return "".join(secrets.choice(PHID_ALPHABET) for _ in range(32))
+    return SERVER.url(database)
 
 
 def free_port() -> int:

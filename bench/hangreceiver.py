@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
+from pathlib import Path
 from typing import IO
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import hitlog
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, log: IO[str]) -> None:
@@ -22,8 +26,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, log
             path = lines[0].split(" ")[1]
             headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines[1:] if line)}
             await reader.readexactly(int(headers.get("content-length", "0")))
-            signature = headers.get("x-phabricator-webhook-signature", "-")
-            log.write(f"{time.time():.3f} 0 {path} {signature}\n")
+            signature = headers.get(hitlog.SIGNATURE_HEADER.lower(), "-")
+            log.write(hitlog.line(0, path, signature))
             if path.startswith("/dead"):
                 await reader.read()  # until the client closes
                 return
@@ -31,7 +35,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, log
             await asyncio.sleep(delay / 1000)
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
             await writer.drain()
-            log.write(f"{time.time():.3f} 200 {path} {signature}\n")
+            log.write(hitlog.line(200, path, signature))
     except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
         pass
     finally:

@@ -10,31 +10,21 @@ from typing import Any
 
 import MySQLdb
 
-from bench.common import ROOT, BenchError, connect, random_key, random_phid
+from bench.common import BenchError, connect
+from webhook_delivery import seeding
 from webhook_delivery.payload import build_payload, sign, transactions_newest_first
+from webhook_delivery.sql import PHORGE_SCHEMA
 
-SCHEMA = ROOT / "webhook_delivery" / "sql" / "schema.sql"
 TRANSACTIONS_PER_ROW = 6  # brings the payload to ~600 bytes, the size the issue's reference rate uses
 HISTORY_HOOKS = 16
 WEEK = 7 * 86400
 
-_INSERT = (
-    "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, "
-    "lastRequestResult, lastRequestEpoch, dateCreated, dateModified) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-)
-
 
 def create_table_statements() -> list[str]:
-    """The CREATE TABLE statements of Phorge's dump (only the live part, not the commented copy)."""
-    text = SCHEMA.read_text().split("-- Dump completed", 1)[0]
-    statements = []
-    for chunk in text.split(";\n"):
-        lines = [line for line in chunk.splitlines() if line.strip() and not line.startswith("--")]
-        statement = "\n".join(lines).strip()
-        if statement.upper().startswith("CREATE TABLE"):
-            statements.append(statement)
+    """The CREATE TABLE statements of Phorge's dump, checked to be the two herald tables."""
+    statements = seeding.herald_ddl()
     if len(statements) != 2:
-        raise BenchError(f"expected herald_webhook and herald_webhookrequest in {SCHEMA}, got {len(statements)}")
+        raise BenchError(f"expected herald_webhook and herald_webhookrequest in {PHORGE_SCHEMA}, got {len(statements)}")
     return statements
 
 
@@ -127,14 +117,9 @@ class HeraldDB:
         self.execute("TRUNCATE TABLE herald_webhook")
 
     def add_hook(self, uri: str, *, name: str = "bench") -> Hook:
-        hook = Hook(random_phid("HWBH"), random_key(), uri)
-        now = self.now()
-        self.execute(
-            "INSERT INTO herald_webhook (phid, name, webhookURI, viewPolicy, editPolicy, status, hmacKey, "
-            "dateCreated, dateModified) VALUES (%s, %s, %s, 'users', 'users', 'enabled', %s, %s, %s)",
-            (hook.phid, name, uri, hook.key, now, now),
-        )
-        return hook
+        row = seeding.hook_row(uri, now=self.now(), name=name)
+        seeding.insert(self.cursor(), seeding.HOOK_TABLE, [row])
+        return Hook(row["phid"], row["hmacKey"], uri)
 
     def hooks(self) -> list[Hook]:
         rows = self.execute("SELECT phid, hmacKey, webhookURI FROM herald_webhook ORDER BY id")
@@ -146,30 +131,20 @@ class HeraldDB:
 
     def new_request(self, hook: Hook, created: int) -> Request:
         """One queued row the way Phorge writes it (not inserted)."""
+        # Not secrets.choice as seeding.random_phid: thousands of rows per figure, and these need no secrecy.
         xactions = [
-            "PHID-XACT-TASK-" + "".join(self._rng.choices("abcdefghijklmnopqrstuvwxyz234567", k=15))
+            "PHID-XACT-TASK-" + "".join(self._rng.choices(seeding.PHID_ALPHABET, k=15))
             for _ in range(TRANSACTIONS_PER_ROW)
         ]
-        properties = json.dumps(
-            {
-                "retry": "forever",
-                "transactionPHIDs": xactions,
-                "triggerPHIDs": [hook.phid],
-                "silent": False,
-                "secure": False,
-            },
-            separators=(",", ":"),
-        )
-        return Request(random_phid("HWBR"), hook, random_phid("TASK"), properties, created)
+        properties = seeding.properties(retry="forever", transactions=xactions, triggers=[hook.phid])
+        return Request(seeding.random_phid("HWBR"), hook, seeding.random_phid("TASK"), properties, created)
 
     def insert(self, requests: list[Request]) -> None:
         rows = [
-            (r.phid, r.hook.phid, r.object_phid, "queued", r.properties, "none", 0, r.created, r.created)
+            seeding.request_row(r.hook.phid, r.properties, now=r.created, phid=r.phid, object_phid=r.object_phid)
             for r in requests
         ]
-        cursor = self.cursor()
-        for start in range(0, len(rows), 1000):
-            cursor.executemany(_INSERT, rows[start : start + 1000])
+        seeding.insert(self.cursor(), seeding.REQUEST_TABLE, rows)
 
     def seed(self, hooks: list[Hook], count: int) -> list[Request]:
         """`count` queued rows spread round-robin over `hooks`, all created now."""
@@ -181,31 +156,12 @@ class HeraldDB:
     def add_stuck_request(self, hook: Hook, *, created: int) -> int:
         """A retry-forever request of a broken hook: failed a moment ago, queued, not due for the backoff."""
         now = self.now()
-        properties = json.dumps(
-            {
-                "retry": "forever",
-                "transactionPHIDs": [],
-                "triggerPHIDs": [hook.phid],
-                "errorType": "http",
-                "errorCode": 500,
-            },
-            separators=(",", ":"),
+        properties = seeding.properties(
+            retry="forever", triggers=[hook.phid], flags=False, errorType="http", errorCode=500
         )
+        row = seeding.request_row(hook.phid, properties, now=created, result="fail", epoch=now - 5, modified=now - 5)
         cursor = self.cursor()
-        cursor.execute(
-            _INSERT,
-            (
-                random_phid("HWBR"),
-                hook.phid,
-                random_phid("TASK"),
-                "queued",
-                properties,
-                "fail",
-                now - 5,
-                created,
-                now - 5,
-            ),
-        )
+        seeding.insert(cursor, seeding.REQUEST_TABLE, [row])
         return int(cursor.lastrowid)
 
     def refresh_stuck_request(self, row_id: int) -> None:

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import IO, ClassVar
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import hitlog
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -24,7 +28,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()
-        line = f"{time.time():.3f} {status} {self.path} {self.headers.get('X-Phabricator-Webhook-Signature', '-')}\n"
+        line = hitlog.line(status, self.path, self.headers.get(hitlog.SIGNATURE_HEADER, "-"))
         with self.log_lock:
             self.log.write(line)
             self.log.flush()

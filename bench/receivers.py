@@ -1,6 +1,7 @@
 """Local receivers that are not the bottleneck: Debian's nginx (`return 200`), or a Python fallback.
 
-Both log one line per request: epoch millis, status, path, and the X-Phabricator-Webhook-Signature header.
+Both log one line per request (bench/hitlog.py): epoch millis, status, path, and the
+X-Phabricator-Webhook-Signature header.
 The signature is an HMAC of the exact body, and every seeded request has its own object PHID, so it
 identifies the request: each one must appear exactly once. Every scenario puts its own tag in the hook
 paths, so one log serves the whole run.
@@ -14,21 +15,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from bench import hitlog
 from bench.common import PYTHON, BenchError, free_port, process_cpu_seconds, wait_for_port
+from bench.hitlog import Hit as Hit
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
 LOG_FLUSH_SEC = 0.1
-
-
-@dataclass(frozen=True)
-class Hit:
-    at: float
-    status: int
-    path: str
-    signature: str
 
 
 class Receiver:
@@ -79,9 +73,9 @@ class Receiver:
             return
         with self.log_path.open(encoding="ascii", errors="replace") as log:
             for line in log:
-                parts = line.split()
-                if len(parts) == 4 and line.endswith("\n"):
-                    yield Hit(float(parts[0]), int(parts[1]), parts[2], parts[3])
+                hit = hitlog.parse(line)
+                if hit is not None:
+                    yield hit
 
 
 class NginxReceiver(Receiver):

@@ -2,7 +2,7 @@
 
 With podman (no Docker engine here). When the official base image is not available (no registry), a
 stand-in is made with debootstrap from Debian's packages and tagged with the exact name the FROM lines
-use. Then, against the local MariaDB with Phorge's DDL and a receiver on the host:
+use. Then, against the tests' MariaDB (tests/testdb.py) with Phorge's DDL and a receiver on the host:
 
 * the image builds, runs as 10001:10001, holds no compiler and no tests;
 * the web process (the default command, read-only root, a tmpfs on /tmp) answers /healthz and /readyz,
@@ -17,9 +17,6 @@ Everything it creates (containers, images, volume, database, stand-in base) is r
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import os
 import secrets
 import shutil
@@ -27,16 +24,17 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
-import MySQLdb
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests import testdb
+from webhook_delivery import seeding
+from webhook_delivery.demo.receiver import DemoReceiver
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "docker.io/library/python:3.11-slim-bookworm"
@@ -129,69 +127,32 @@ def stand_in_base(podman: Podman, workdir: Path) -> None:
 
 # -- the receiver and the queue ------------------------------------------------------------------------------
 
-
-class Receiver:
-    def __init__(self) -> None:
-        received: list[tuple[str, bytes, str]] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                received.append((self.path, body, self.headers.get("X-Phabricator-Webhook-Signature", "")))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self.received = received
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
+HOOK_PATH = "/hook"
+SERVER = testdb.server()  # the tests' MariaDB (GORGE_TEST_DATABASE_URL); the containers share the host's network
 
 
-def phid(kind: str) -> str:
-    return f"PHID-{kind}-" + "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz234567") for _ in range(20))
-
-
-def create_queue(port: int, count: int) -> tuple[str, str]:
-    """A throwaway herald database from Phorge's DDL, one hook on the receiver, `count` queued requests."""
-    from webhook_delivery.sql import PHORGE_SCHEMA
-
-    admin = MySQLdb.connect(host="127.0.0.1", user="root", charset="utf8mb4", autocommit=True)
+def create_queue(receiver: DemoReceiver, count: int) -> None:
+    """A throwaway herald database from Phorge's DDL, one hook on the receiver (which learns its key),
+    `count` queued requests."""
+    admin = SERVER.connect()
     cursor = admin.cursor()
     cursor.execute(f"CREATE DATABASE `{DATABASE}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     cursor.execute(f"USE `{DATABASE}`")
-    text = PHORGE_SCHEMA.read_text().split("-- Dump completed", 1)[0]
-    for chunk in text.split(";\n"):
-        statement = "\n".join(line for line in chunk.splitlines() if line.strip() and not line.startswith("--"))
-        if statement.upper().startswith("CREATE TABLE"):
-            cursor.execute(statement)
-    hook, key = phid("HWBH"), "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz234567") for _ in range(32))
-    cursor.execute(
-        "INSERT INTO herald_webhook (phid, name, webhookURI, viewPolicy, editPolicy, status, hmacKey, dateCreated, "
-        "dateModified) VALUES (%s, 'image test', %s, 'users', 'users', 'enabled', %s, UNIX_TIMESTAMP(), "
-        "UNIX_TIMESTAMP())",
-        (hook, f"http://127.0.0.1:{port}/hook", key),
+    seeding.create_herald_tables(cursor)
+    cursor.execute("SELECT UNIX_TIMESTAMP()")
+    now = int(cursor.fetchone()[0])
+    hook = seeding.hook_row(receiver.url(HOOK_PATH), now=now, name="image test")
+    receiver.expect(HOOK_PATH, hook["hmacKey"])
+    seeding.insert(cursor, seeding.HOOK_TABLE, [hook])
+    properties = seeding.properties(retry="forever", triggers=[hook["phid"]], flags=False)
+    seeding.insert(
+        cursor, seeding.REQUEST_TABLE, [seeding.request_row(hook["phid"], properties, now=now) for _ in range(count)]
     )
-    for _ in range(count):
-        properties = json.dumps({"retry": "forever", "transactionPHIDs": [], "triggerPHIDs": [hook]})
-        cursor.execute(
-            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, lastRequestResult, "
-            "lastRequestEpoch, dateCreated, dateModified) VALUES (%s, %s, %s, 'queued', %s, 'none', 0, "
-            "UNIX_TIMESTAMP(), UNIX_TIMESTAMP())",
-            (phid("HWBR"), hook, phid("TASK"), properties),
-        )
     admin.close()
-    return hook, key
 
 
 def sent_count() -> int:
-    connection = MySQLdb.connect(host="127.0.0.1", user="root", database=DATABASE)
+    connection = SERVER.connect(DATABASE)
     try:
         cursor = connection.cursor()
         cursor.execute("SELECT COUNT(*) FROM herald_webhookrequest WHERE status = 'sent'")
@@ -201,7 +162,7 @@ def sent_count() -> int:
 
 
 def drop_queue() -> None:
-    admin = MySQLdb.connect(host="127.0.0.1", user="root", autocommit=True)
+    admin = SERVER.connect()
     admin.cursor().execute(f"DROP DATABASE IF EXISTS `{DATABASE}`")
     admin.close()
 
@@ -231,7 +192,7 @@ def bad_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "ERROR" in line or "Traceback" in line]
 
 
-def check(podman: Podman, receiver: Receiver) -> None:
+def check(podman: Podman, receiver: DemoReceiver) -> None:
     say("building the image with the project's Dockerfile")
     before = set(podman.run("images", "-q", "--all", "--no-trunc").stdout.split())
     # From scratch: a real test of the Dockerfile (and buildah 1.28 mounts a cached stage empty).
@@ -265,7 +226,7 @@ def check(podman: Podman, receiver: Receiver) -> None:
     if inside.stdout.strip():
         raise Failed(f"the image holds what it should not: {inside.stdout.strip()}")
 
-    hook, key = create_queue(receiver.port, 5)
+    create_queue(receiver, 5)
     with socket.socket() as probe:
         if probe.connect_ex(("127.0.0.1", 8000)) == 0:
             raise Failed("port 8000 is in use on this machine: the web container (host network) needs it")
@@ -283,7 +244,7 @@ def check(podman: Podman, receiver: Receiver) -> None:
         "-e",
         "GORGE_BEHIND_TLS_PROXY=false",
         "-e",
-        f"GORGE_WEBHOOK_DATABASE_URL=mysql://root@127.0.0.1:3306/{DATABASE}",
+        f"GORGE_WEBHOOK_DATABASE_URL={SERVER.url(DATABASE)}",
         "-e",
         "GORGE_WEBHOOK_OUTBOUND_BLACKLIST=",
         "-e",
@@ -312,11 +273,10 @@ def check(podman: Podman, receiver: Receiver) -> None:
     code = podman.run("inspect", "--format", "{{.State.ExitCode}}", worker).stdout.strip()
     if code != "0":
         raise Failed(f"deliver_webhooks exited {code} on SIGTERM")
-    if len(receiver.received) != 5:
-        raise Failed(f"the receiver got {len(receiver.received)} requests, expected 5")
-    for _path, body, signature in receiver.received:
-        if signature != hmac.new(key.encode(), body, hashlib.sha256).hexdigest():
-            raise Failed("a request arrived with a wrong signature")
+    if len(receiver.calls) != 5:
+        raise Failed(f"the receiver got {len(receiver.calls)} requests, expected 5")
+    if not all(call.signature_valid for call in receiver.calls):
+        raise Failed("a request arrived with a wrong signature")
 
     say("manage.py demo --no-serve from the image's files")
     demo = podman.run(
@@ -356,7 +316,6 @@ def check(podman: Podman, receiver: Receiver) -> None:
     for name, text in logs.items():
         if bad_lines(text):
             raise Failed(f"the {name} container logged:\n" + "\n".join(bad_lines(text)[:10]))
-    del hook
 
 
 def main() -> int:
@@ -365,23 +324,21 @@ def main() -> int:
         return 1
     workdir = Path(tempfile.mkdtemp(prefix="gwimage-"))
     podman = Podman(workdir)
-    receiver = Receiver()
     started = time.monotonic()
-    try:
-        stand_in_base(podman, workdir)
-        check(podman, receiver)
-    except (Failed, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        say(f"FAILED: {exc}")
-        return 1
-    finally:
-        receiver.stop()
-        podman.cleanup()
-        drop_queue()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with DemoReceiver() as receiver:
+        try:
+            stand_in_base(podman, workdir)
+            check(podman, receiver)
+        except (Failed, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            say(f"FAILED: {exc}")
+            return 1
+        finally:
+            podman.cleanup()
+            drop_queue()
+            shutil.rmtree(workdir, ignore_errors=True)
     say(f"passed in {time.monotonic() - started:.0f} s")
     return 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

@@ -7,27 +7,24 @@ free-port: print a free TCP port on loopback.
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
-from urllib.parse import unquote, urlsplit
+from pathlib import Path
 
 import MySQLdb
 
-DEFAULT_URL = "mysql://root@127.0.0.1:3306/"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.testdb import server  # the one reader of GORGE_TEST_DATABASE_URL
 
 
 def ping() -> int:
-    url = urlsplit(os.environ.get("GORGE_TEST_DATABASE_URL") or DEFAULT_URL)
-    host, port, user = url.hostname or "127.0.0.1", url.port or 3306, unquote(url.username or "root")
+    test = server()
     try:
-        MySQLdb.connect(
-            host=host, port=port, user=user, password=unquote(url.password or ""), connect_timeout=3
-        ).close()
+        test.connect(connect_timeout=3).close()
     except MySQLdb.OperationalError as exc:
-        sys.stderr.write(f"no MariaDB/MySQL answers at {host}:{port} as {user!r}: {exc.args[-1]}\n")
+        sys.stderr.write(f"no MariaDB/MySQL answers at {test.host}:{test.port} as {test.user!r}: {exc.args[-1]}\n")
         return 1
-    sys.stdout.write(f"{host}:{port}\n")
+    sys.stdout.write(f"{test.host}:{test.port}\n")
     return 0
 
 

@@ -13,9 +13,11 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from tests.helpers import CHROMIUM, CHROMIUM_ARGS, Phorge, load_herald_schema, mysql_admin, throwaway_name
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS, Phorge, mysql_admin, throwaway_name, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
+from webhook_delivery import phorge_status
+from webhook_delivery.seeding import create_herald_tables
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +36,7 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
     cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
     cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     cursor.execute(f"USE `{name}`")
-    load_herald_schema(cursor)
+    create_herald_tables(cursor)
     with django_db_blocker.unblock():
         old = setup_databases(verbosity=0, interactive=False, aliases={"default"})
     yield
@@ -59,11 +61,28 @@ def app_databases() -> Iterator[AppDatabases]:
 
 
 @pytest.fixture
+def worker_db(app_databases: AppDatabases) -> Iterator[AppDatabases]:
+    """Phorge's other databases, with the pages' cached PHP guard and settings fresh before and after."""
+    phorge_status._php_guard.cache_clear()
+    phorge_status._phorge_settings.cache_clear()
+    yield app_databases
+    phorge_status._php_guard.cache_clear()
+    phorge_status._phorge_settings.cache_clear()
+
+
+@pytest.fixture
 def phorge(transactional_db: None) -> Iterator[Phorge]:
     helper = Phorge()
     helper.clear()
     yield helper
     helper.clear()
+
+
+@pytest.fixture
+def staff(client: Any, django_user_model: Any) -> Any:
+    """The test client, logged in as a staff account that may see the delivery pages (helpers.viewer)."""
+    client.force_login(viewer(django_user_model))
+    return client
 
 
 @pytest.fixture

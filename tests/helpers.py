@@ -1,15 +1,11 @@
-"""Helpers of the suite: Phorge's herald tables seeded and read the way Phorge writes them, an admin
-connection to the test server, PHIDs, and the environment of the worker processes. Fixtures live in
-conftest.py."""
+"""Helpers of the suite: Phorge's herald tables seeded (through webhook_delivery.seeding) and read the way
+Phorge writes them, an admin connection to the test server (tests/testdb.py), and the environment of the
+worker processes. Fixtures live in conftest.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import secrets
-import string
-from pathlib import Path
 from typing import Any
 
 import MySQLdb
@@ -17,44 +13,25 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
+from tests import testdb
+from webhook_delivery import seeding
 from webhook_delivery.herald import RequestRow
-from webhook_delivery.sql import PHORGE_SCHEMA
-
-PHID_ALPHABET = string.ascii_lowercase + "234567"
+from webhook_delivery.seeding import PHID_ALPHABET as PHID_ALPHABET  # the suite's PHIDs are Phorge's
+from webhook_delivery.seeding import random_phid as random_phid
 
 
 def mysql_admin(database: str | None = None) -> Any:
-    db = settings.DATABASES["phorge"]
+    server = testdb.server()
     try:
-        connection = MySQLdb.connect(
-            host=db["HOST"] or "127.0.0.1",
-            port=int(db["PORT"] or 3306),
-            user=db["USER"],
-            password=db["PASSWORD"] or "",
-            database=database or "",
-            charset="utf8mb4",
-            autocommit=True,
-        )
+        connection = server.connect(database)
     except MySQLdb.OperationalError as exc:
         pytest.exit(
-            f"No MariaDB/MySQL answers at {db['HOST']}:{db['PORT']} as {db['USER']!r} ({exc.args[0]}). "
+            f"No MariaDB/MySQL answers at {server.host}:{server.port} as {server.user!r} ({exc.args[0]}). "
             "Start one (make test starts a private server when mariadbd is installed) or set "
             "GORGE_TEST_DATABASE_URL to a server where this user may create databases.",
             returncode=3,
         )
     return connection
-
-
-def dump_statements(path: Path) -> list[str]:
-    """CREATE TABLE statements of a mysqldump file (comments and client directives dropped)."""
-    text = path.read_text().split("-- Dump completed", 1)[0]
-    statements = []
-    for chunk in text.split(";\n"):
-        lines = [line for line in chunk.splitlines() if line.strip() and not line.startswith("--")]
-        statement = "\n".join(lines).strip()
-        if statement.upper().startswith("CREATE TABLE"):
-            statements.append(statement)
-    return statements
 
 
 THROWAWAY = re.compile(r"gwtest[0-9]+_herald")
@@ -63,19 +40,6 @@ THROWAWAY = re.compile(r"gwtest[0-9]+_herald")
 def throwaway_name(name: str) -> bool:
     """Only a name the suite generated (tests/settings.py) may ever be created or dropped by it."""
     return THROWAWAY.fullmatch(name) is not None
-
-
-def load_herald_schema(cursor: Any) -> None:
-    for statement in dump_statements(PHORGE_SCHEMA):
-        cursor.execute(statement)
-
-
-def random_phid(kind: str) -> str:
-    return f"PHID-{kind}-" + "".join(secrets.choice(PHID_ALPHABET) for _ in range(20))
-
-
-def random_key() -> str:
-    return "".join(secrets.choice(PHID_ALPHABET) for _ in range(32))
 
 
 class Phorge:
@@ -97,35 +61,17 @@ class Phorge:
         self.execute("DELETE FROM herald_webhook")
 
     def insert_hook_row(self, row: dict[str, Any]) -> None:
-        columns = ", ".join(f"`{c}`" for c in row)
-        self.execute(
-            f"INSERT INTO herald_webhook ({columns}) VALUES ({', '.join(['%s'] * len(row))})", list(row.values())
-        )
+        with self.connection.cursor() as cursor:
+            seeding.insert(cursor, seeding.HOOK_TABLE, [row])
 
     def insert_request_row(self, row: dict[str, Any]) -> None:
-        columns = ", ".join(f"`{c}`" for c in row)
-        self.execute(
-            f"INSERT INTO herald_webhookrequest ({columns}) VALUES ({', '.join(['%s'] * len(row))})",
-            list(row.values()),
-        )
+        with self.connection.cursor() as cursor:
+            seeding.insert(cursor, seeding.REQUEST_TABLE, [row])
 
     def hook(self, uri: str, *, status: str = "enabled", key: str | None = None, name: str = "hook") -> str:
-        phid = random_phid("HWBH")
-        now = self.now()
-        self.insert_hook_row(
-            {
-                "phid": phid,
-                "name": name,
-                "webhookURI": uri,
-                "viewPolicy": "users",
-                "editPolicy": "users",
-                "status": status,
-                "hmacKey": random_key() if key is None else key,
-                "dateCreated": now,
-                "dateModified": now,
-            }
-        )
-        return phid
+        row = seeding.hook_row(uri, now=self.now(), name=name, status=status, hmac_key=key)
+        self.insert_hook_row(row)
+        return str(row["phid"])
 
     def request(
         self,
@@ -138,33 +84,12 @@ class Phorge:
         status: str = "queued",
         **columns: Any,
     ) -> str:
-        phid = random_phid("HWBR")
         when = self.now() if created is None else created
-        if properties is None:
-            properties = json.dumps(
-                {
-                    "retry": retry,
-                    "transactionPHIDs": {},
-                    "triggerPHIDs": [hook_phid],
-                    "silent": False,
-                    "secure": False,
-                },
-                separators=(",", ":"),
-            ).replace('"transactionPHIDs":{}', '"transactionPHIDs":[]')
-        row = {
-            "phid": phid,
-            "webhookPHID": hook_phid,
-            "objectPHID": object_phid or random_phid("TASK"),
-            "status": status,
-            "properties": properties,
-            "lastRequestResult": "none",
-            "lastRequestEpoch": 0,
-            "dateCreated": when,
-            "dateModified": when,
-        }
+        text = seeding.properties(retry=retry, triggers=[hook_phid]) if properties is None else properties
+        row = seeding.request_row(hook_phid, text, now=when, object_phid=object_phid, status=status)
         row.update(columns)
         self.insert_request_row(row)
-        return phid
+        return str(row["phid"])
 
     def row(self, phid: str) -> dict[str, Any]:
         with self.connection.cursor() as cursor:
@@ -226,9 +151,7 @@ def worker_env(**overrides: str) -> dict[str, str]:
 
 
 def _phorge_url() -> str:
-    db = settings.DATABASES["phorge"]
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"mysql://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return testdb.server().url(str(settings.DATABASES["phorge"]["NAME"]))
 
 
 # Debian's chromium, started the way this machine's closed network wants it (no background connections).

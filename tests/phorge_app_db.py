@@ -8,13 +8,12 @@ it created. The herald database itself belongs to conftest: only missing tables 
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import PHID_ALPHABET, random_phid
+from webhook_delivery.seeding import random_phid
 from webhook_delivery.sql import PHORGE_APP_SCHEMA
 
 APP_SCHEMA = PHORGE_APP_SCHEMA
@@ -34,10 +33,6 @@ def app_schema(path: Path = APP_SCHEMA) -> dict[tuple[str, str], str]:
 
 def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
-
-
-def xaction_phid(object_type: str) -> str:
-    return f"PHID-XACT-{object_type}-" + "".join(secrets.choice(PHID_ALPHABET) for _ in range(15))
 
 
 @dataclass
@@ -139,7 +134,7 @@ class AppDatabases:
         self, app: str, table: str, object_phid: str, *, row_id: int | None = None, phid: str | None = None
     ) -> str:
         """A modular-transaction row for `object_phid`; `row_id` fixes its id (and so its order)."""
-        phid = phid or xaction_phid(object_phid.split("-")[1])
+        phid = phid or random_phid("XACT", object_phid.split("-")[1])
         now = int(self.execute("SELECT UNIX_TIMESTAMP()")[0][0])
         row: dict[str, Any] = {} if row_id is None else {"id": row_id}
         row.update(

@@ -12,7 +12,8 @@ from typing import Any
 
 from django.db import connections
 
-from tests.helpers import Phorge, random_phid, worker_env
+from tests.helpers import Phorge, worker_env
+from webhook_delivery import seeding
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,20 +65,13 @@ def seed(phorge: Phorge, hooks: list[str], count: int, *, retry: str = "forever"
     """`count` queued requests spread round-robin over `hooks`, each with its own object PHID."""
     now = phorge.now()
     rows = []
-    objects = []
     for i in range(count):
         hook = hooks[i % len(hooks)]
-        obj = random_phid("TASK")
-        objects.append(obj)
-        properties = json.dumps({"retry": retry, "transactionPHIDs": [], "triggerPHIDs": [hook]}, separators=(",", ":"))
-        rows.append((random_phid("HWBR"), hook, obj, "queued", properties, "none", 0, now, now))
+        properties = seeding.properties(retry=retry, triggers=[hook], flags=False)
+        rows.append(seeding.request_row(hook, properties, now=now))
     with connections["phorge"].cursor() as cursor:
-        cursor.executemany(
-            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, "
-            "lastRequestResult, lastRequestEpoch, dateCreated, dateModified) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            rows,
-        )
-    return objects
+        seeding.insert(cursor, seeding.REQUEST_TABLE, rows)
+    return [row["objectPHID"] for row in rows]
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:

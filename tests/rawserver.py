@@ -56,14 +56,15 @@ class RawServer:
         self._thread.join(2)
 
 
-def read_request(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
+def read_message(sock: socket.socket, buffer: bytes = b"") -> tuple[bytes, bytes, bytes] | None:
+    """One HTTP request off `sock` after what `buffer` already holds: (head up to its blank line, body by
+    its Content-Length, what followed it); None when the client closes first."""
+    while b"\r\n\r\n" not in buffer:
         chunk = sock.recv(65536)
         if not chunk:
-            return data
-        data += chunk
-    head, rest = data.split(b"\r\n\r\n", 1)
+            return None
+        buffer += chunk
+    head, rest = buffer.split(b"\r\n\r\n", 1)
     length = 0
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
@@ -72,6 +73,12 @@ def read_request(sock: socket.socket) -> bytes:
     while len(rest) < length:
         chunk = sock.recv(65536)
         if not chunk:
-            break
+            return None
         rest += chunk
-    return head + b"\r\n\r\n" + rest
+    return head, rest[:length], rest[length:]
+
+
+def read_request(sock: socket.socket) -> bytes:
+    """Reads one request (its bytes; empty when the client closed first), to answer it."""
+    message = read_message(sock)
+    return b"" if message is None else message[0] + b"\r\n\r\n" + message[1]

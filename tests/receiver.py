@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.rawserver import read_message
+
 
 @dataclass
 class Received:
@@ -67,26 +69,11 @@ class _Handler(socketserver.BaseRequestHandler):
         sock.settimeout(60)
         buffer = b""
         try:
-            while True:
-                while b"\r\n\r\n" not in buffer:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        return
-                    buffer += chunk
-                head, buffer = buffer.split(b"\r\n\r\n", 1)
+            while (message := read_message(sock, buffer)) is not None:
+                head, body, buffer = message
                 lines = head.decode("latin-1").split("\r\n")
                 request_line = lines[0]
                 headers = [tuple(line.split(": ", 1)) for line in lines[1:] if ": " in line]
-                length = 0
-                for key, value in headers:
-                    if key.lower() == "content-length":
-                        length = int(value)
-                while len(buffer) < length:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        return
-                    buffer += chunk
-                body, buffer = buffer[:length], buffer[length:]
                 method, path, _version = request_line.split(" ", 2)
                 received = Received(
                     method, path, request_line, [(k, v) for k, v in headers], head + b"\r\n\r\n", body, time.time()

@@ -8,7 +8,9 @@ from the suite's own GORGE_TEST_DATABASE_URL, and the database name is generated
 
 import os
 
-TEST_SERVER = (os.environ.get("GORGE_TEST_DATABASE_URL") or "mysql://root@127.0.0.1:3306").rstrip("/")
+from tests import testdb
+
+TEST_SERVER = testdb.server().url().rstrip("/")
 TEST_DATABASE = f"gwtest{os.getpid()}_herald"
 
 for _name in [name for name in os.environ if name.startswith("GORGE_")]:

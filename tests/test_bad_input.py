@@ -24,8 +24,9 @@ from django.test import Client
 from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
 from tests.receiver import Receiver
 from webhook_delivery.dispatcher import Dispatcher
-from webhook_delivery.job import Counters, Job, JobRunner
+from webhook_delivery.job import Job, JobRunner
 from webhook_delivery.locks import webhook_lock_name
+from webhook_delivery.metrics import Counters
 from webhook_delivery.sessions import LockSession, SessionPool
 from webhook_delivery.store import Store
 from webhook_delivery.worker import Worker

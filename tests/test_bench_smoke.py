@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
+@pytest.mark.database_server
 def test_bench_smoke_run_exits_0_and_prints_the_correctness_line() -> None:
     db = settings.DATABASES["phorge"]
     env = dict(os.environ)

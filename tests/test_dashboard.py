@@ -11,21 +11,15 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import PHORGE_DB, Phorge, as_request_row, viewer
+from tests.helpers import PHORGE_DB, Phorge, as_request_row
 from tests.ui_helpers import full_scans, logged_attempt, properties, seed_bulk, seed_contract
 from tests.urlwalk import every_page, is_public
-from webhook_delivery import selectors
+from webhook_delivery import dashboard, phorge_status, selectors
 from webhook_delivery.herald import is_due, next_due
+from webhook_delivery.state import PhpDelivery
 from webhook_delivery.status.models import DeliveryAttempt
 
 pytestmark = [PHORGE_DB]
-
-
-@pytest.fixture
-def staff(client: Any, django_user_model: Any) -> Any:
-    user = viewer(django_user_model)
-    client.force_login(user)
-    return client
 
 
 def test_anonymous_is_sent_to_the_admin_login(client: Any, phorge: Phorge) -> None:
@@ -88,7 +82,7 @@ def test_staff_see_counts_hooks_chart_and_failures(staff: Any, phorge: Phorge) -
 def test_the_php_worker_area_follows_php_delivery_state(
     staff: Any, phorge: Phorge, monkeypatch: pytest.MonkeyPatch, php: Any, shown: str, absent: str
 ) -> None:
-    monkeypatch.setattr(selectors, "php_delivery_state", lambda: php)
+    monkeypatch.setattr(phorge_status, "php_delivery_state", lambda: PhpDelivery.from_json(php))
     page = staff.get("/").content.decode()
     assert f'data-state="{php["state"]}"' in page
     assert shown in page
@@ -159,7 +153,7 @@ def test_hooks_needing_attention_come_first_and_the_list_is_capped(
         lastRequestEpoch=phorge.now(),
         properties=properties(errorType="http", errorCode=500),
     )
-    monkeypatch.setattr(selectors, "HOOKS_SHOWN", 2)
+    monkeypatch.setattr(dashboard, "HOOKS_SHOWN", 2)
     page = staff.get("/").content.decode()
     shown = re.findall(r'<tr class="gw-row-\w+" data-phid="([^"]+)"', page)
     assert shown == [broken, quiet[0]]
@@ -185,10 +179,10 @@ def test_every_dashboard_and_api_query_uses_an_index(
     settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, service_token="t0ken")
     # The PHP-guard and settings reads go to Phorge's worker and config databases (absent here), cached:
     # read it once now, for long enough, so that it is in no page's budget whatever ran just before.
-    monkeypatch.setattr(selectors._php_guard(settings.GORGE_WEBHOOK.namespace), "_ttl", 3600.0)
-    monkeypatch.setattr(selectors._phorge_settings(settings.GORGE_WEBHOOK).database, "_ttl", 3600.0)
-    selectors.php_delivery_state()
-    selectors.phorge_base_uri()
+    monkeypatch.setattr(phorge_status._php_guard(settings.GORGE_WEBHOOK.namespace), "_ttl", 3600.0)
+    monkeypatch.setattr(phorge_status._phorge_settings(settings.GORGE_WEBHOOK).database, "_ttl", 3600.0)
+    phorge_status.php_delivery_state()
+    phorge_status.phorge_base_uri()
     # hooks, sent counts, the non-sent slice, recent failed attempts, recent hook errors. The chart is not
     # among them: it draws this service's attempts from the attempt log in Django's own database.
     budgets = {"/": 5, "/api/webhook/stats": 3, "/api/webhook/hooks": 1, "/api/webhook/health": 3, "/metrics": 3}
@@ -253,6 +247,7 @@ def test_recent_failures_mix_failed_attempts_and_hook_errors_newest_first(phorge
     assert health.hooks[0].errors[0].count == 1 and len(health.hooks[0].errors) == 3
 
 
+@pytest.mark.slow
 def test_no_page_scans_the_request_table(admin_client: Any, phorge: Phorge, settings: Any) -> None:
     """Every page of the URLconf, as a superuser with the API token: each SELECT it sends to Phorge's
     database reaches herald_webhookrequest through an index (a week of history is a million rows)."""

@@ -20,12 +20,11 @@ from typing import Any
 import MySQLdb
 import pytest
 
-from tests.helpers import dump_statements, random_key, random_phid
 from tests.processes import WorkerProcess, wait_for
 from tests.receiver import Receiver
-from webhook_delivery.sql import PHORGE_SCHEMA
+from webhook_delivery import seeding
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.database_server]
 NAMESPACE = "outage"
 
 
@@ -118,28 +117,15 @@ def test_worker_survives_a_database_restart(private_mariadb: PrivateMariaDB, tmp
     cursor = admin.cursor()
     cursor.execute(f"CREATE DATABASE `{NAMESPACE}_herald` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     cursor.execute(f"USE `{NAMESPACE}_herald`")
-    for statement in dump_statements(PHORGE_SCHEMA):
-        cursor.execute(statement)
+    seeding.create_herald_tables(cursor)
     with Receiver(slow_seconds=0.25) as receiver:
-        hooks = []
-        for i in range(4):
-            phid = random_phid("HWBH")
-            hooks.append(phid)
-            cursor.execute(
-                "INSERT INTO herald_webhook (phid, name, webhookURI, viewPolicy, editPolicy, status, hmacKey, "
-                "dateCreated, dateModified) VALUES (%s, %s, %s, 'users', 'users', 'enabled', %s, 1, 1)",
-                (phid, f"h{i}", receiver.url(f"/h{i}/slow"), random_key()),
-            )
-        objects = []
-        for i in range(60):
-            objects.append(random_phid("TASK"))
-            cursor.execute(
-                "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, "
-                "lastRequestResult, lastRequestEpoch, dateCreated, dateModified) "
-                "VALUES (%s, %s, %s, 'queued', '{\"retry\":\"forever\"}', 'none', 0, UNIX_TIMESTAMP(), "
-                "UNIX_TIMESTAMP())",
-                (random_phid("HWBR"), hooks[i % 4], objects[-1]),
-            )
+        hooks = [seeding.hook_row(receiver.url(f"/h{i}/slow"), now=1, name=f"h{i}") for i in range(4)]
+        seeding.insert(cursor, seeding.HOOK_TABLE, hooks)
+        cursor.execute("SELECT UNIX_TIMESTAMP()")
+        now = int(cursor.fetchone()[0])
+        requests = [seeding.request_row(hooks[i % 4]["phid"], '{"retry":"forever"}', now=now) for i in range(60)]
+        seeding.insert(cursor, seeding.REQUEST_TABLE, requests)
+        objects = [row["objectPHID"] for row in requests]
         admin.close()
         worker = WorkerProcess(
             tmp_path,

@@ -128,6 +128,7 @@ def demo_result(output: str) -> dict[str, object]:
     return result
 
 
+@pytest.mark.slow
 def test_make_demo_in_a_fresh_checkout(tmp_path: Path) -> None:
     checkout = fresh_checkout(tmp_path)
     for run in (1, 2):  # the second run starts again from nothing
@@ -158,6 +159,7 @@ def test_make_demo_in_a_fresh_checkout(tmp_path: Path) -> None:
     assert site.execute("SELECT username, is_staff FROM auth_user").fetchall() == [("demo", 1)]
 
 
+@pytest.mark.slow
 def test_the_demo_runs_from_the_images_files_alone(tmp_path: Path) -> None:
     """Only what the Dockerfile copies into the image (its COPY lines), and `manage.py demo` works there."""
     dockerfile = (ROOT / "Dockerfile").read_text()

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from webhook_delivery.config import load_config
+
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = sorted((ROOT / "docs" / "systemd").glob("*.service"))
-README = (ROOT / "README.md").read_text()
 HARDENING = {
     "NoNewPrivileges": "yes",
     "ProtectSystem": "strict",
@@ -38,7 +39,6 @@ def service_section(unit: Path) -> dict[str, str]:
 
 def test_there_is_a_web_unit_and_a_worker_template() -> None:
     assert [unit.name for unit in UNITS] == ["gorge-webhook-web.service", "gorge-webhook-worker@.service"]
-    assert "docs/systemd" in README
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda unit: unit.name)
@@ -82,7 +82,6 @@ def test_the_compose_example_parses_runs_read_only_and_takes_secrets_from_the_en
     assert set(services) == {"db", "web", "worker"}
     for name in ("web", "worker"):
         service = services[name]
-        assert service["image"] == "gorge-webhook-django"
         assert service["read_only"] is True and service["tmpfs"] == ["/tmp"]  # noqa: S108 - the compose value
         assert service["depends_on"] == {"db": {"condition": "service_started"}}
         environment = service["environment"]
@@ -90,5 +89,6 @@ def test_the_compose_example_parses_runs_read_only_and_takes_secrets_from_the_en
         for key, value in environment.items():
             literal = re.sub(r"\$\{[^}]*\}", "", str(value))
             assert not re.search(r"//[^@/\s]*:[^@/\s]+@", literal), f"{name}: {key} carries a password"
-    assert services["worker"]["command"][-2:] == ["--metrics-port", "9100"]
-    assert services["worker"]["stop_grace_period"] == "30s"
+    grace = re.fullmatch(r"(\d+)s", services["worker"]["stop_grace_period"])
+    delivery_timeout = load_config({}).delivery.delivery_timeout
+    assert grace and int(grace[1]) > delivery_timeout, "SIGTERM lets the deliveries in flight finish and write"

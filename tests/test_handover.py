@@ -6,7 +6,6 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from django.conf import settings
 from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
-from webhook_delivery import selectors
+from webhook_delivery import phorge_status, selectors
 from webhook_delivery.config import default_blacklist
 from webhook_delivery.worker import Worker
 
@@ -23,15 +22,8 @@ pytestmark = PHORGE_DB
 TOKEN = "handover-t0ken"
 
 
-@pytest.fixture
-def worker_db(app_databases: AppDatabases) -> Iterator[AppDatabases]:
-    yield app_databases
-    selectors._php_guard.cache_clear()
-    selectors._phorge_settings.cache_clear()
-
-
 def _seen(client: Any) -> dict[str, Any]:
-    selectors._php_guard.cache_clear()  # a fresh guard: its 5 s cache would hide each step
+    phorge_status._php_guard.cache_clear()  # a fresh guard: its 5 s cache would hide each step
     health = json.loads(client.get("/api/webhook/health", HTTP_X_SERVICE_TOKEN=TOKEN).content)["data"]
     ready = client.get("/readyz")
     page = client.get("/").content.decode()

@@ -67,6 +67,7 @@ def scratch() -> Iterator[tuple[Any, str]]:
 # -- 1. print_grants piped into `mariadb -u root` runs nothing but GRANTs ----------------------------------
 
 
+@pytest.mark.database_server
 @pytest.mark.parametrize(
     "user",
     [
@@ -85,6 +86,7 @@ def test_print_grants_refuses_a_hostile_user_argument(scratch: tuple[Any, str], 
     assert name in _databases(admin)
 
 
+@pytest.mark.database_server
 def test_print_grants_refuses_a_hostile_user_in_the_database_url(scratch: tuple[Any, str]) -> None:
     admin, name = scratch
     db = settings.DATABASES["phorge"]
@@ -99,6 +101,7 @@ def test_print_grants_refuses_a_hostile_user_in_the_database_url(scratch: tuple[
     assert name in _databases(admin)
 
 
+@pytest.mark.database_server
 @pytest.mark.parametrize("host", ["%\nDROP DATABASE {scratch};\n-- ", "%' ; DROP DATABASE {scratch}; -- ", ""])
 def test_print_grants_refuses_a_hostile_host(scratch: tuple[Any, str], host: str) -> None:
     admin, name = scratch
@@ -124,6 +127,7 @@ def test_grants_sql_refuses_control_characters_and_impossible_names() -> None:
 @PHORGE_DB
 @pytest.mark.parametrize("suffix", ["_grantee", "_o'b\\x ; DROP DATABASE {scratch}; -- "])
 @pytest.mark.parametrize("sql_mode", ["", "NO_BACKSLASH_ESCAPES"])
+@pytest.mark.slow
 def test_print_grants_piped_into_mariadb_applies_the_grants(
     scratch: tuple[Any, str], suffix: str, sql_mode: str
 ) -> None:
@@ -476,6 +480,8 @@ def _check_stored(rows: dict[str, tuple[str, str, str]], result: dict[str, Any],
     assert len(said) == 1 and "a record cannot be stored" in said[0], result["stderr"][-3000:]
 
 
+@pytest.mark.database_server
+@pytest.mark.slow
 def test_attempt_log_on_a_latin1_mariadb_database_stores_every_good_record() -> None:
     db = settings.DATABASES["phorge"]
     name = f"gwtest{PID}_site"
@@ -508,6 +514,8 @@ def test_attempt_log_on_a_latin1_mariadb_database_stores_every_good_record() -> 
     assert rows["PHID-HWBR-mysurrogate"][2] == "half ? pair"
 
 
+@pytest.mark.database_server
+@pytest.mark.slow
 def test_attempt_log_on_postgresql_stores_nul_escaped_and_every_good_record() -> None:
     psycopg = pytest.importorskip("psycopg")
     server = "postgresql://postgres@127.0.0.1:5432"

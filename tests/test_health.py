@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers import PHORGE_DB, Phorge
 from tests.test_api import phorge_unreachable
 from tests.ui_helpers import properties, seed_contract
-from webhook_delivery import selectors
+from webhook_delivery import phorge_status
+from webhook_delivery.state import PhpDelivery
 from webhook_delivery.status.models import WorkerHeartbeat
 from webhook_delivery.web_metrics import COLLECTOR
 
@@ -58,7 +59,9 @@ def test_readyz_follows_the_phorge_database(client: Any, phorge: Phorge, caplog:
 def test_readyz_reports_a_delivering_php_worker_without_failing(
     client: Any, phorge: Phorge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(selectors, "php_delivery_state", lambda: {"state": "active", "active_tasks": 2})
+    monkeypatch.setattr(
+        phorge_status, "php_delivery_state", lambda: PhpDelivery.from_json({"state": "active", "active_tasks": 2})
+    )
     response = client.get("/readyz")
     assert response.status_code == 200
     assert json.loads(response.content)["warning"] == "phorge's php webhook worker is also delivering"

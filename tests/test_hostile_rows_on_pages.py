@@ -11,6 +11,7 @@ from django.test import Client
 
 from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.ui_helpers import logged_attempt
+from webhook_delivery import seeding
 from webhook_delivery.outcomes import http_status, is_success
 
 pytestmark = PHORGE_DB
@@ -65,17 +66,7 @@ def test_a_phid_outside_the_url_pattern_gets_no_link_and_no_500(operator: Client
     odd_request = "PHID-HWBR-odd/request"
     now = phorge.now()
     phorge.insert_hook_row(
-        {
-            "phid": odd_hook,
-            "name": "odd hook",
-            "webhookURI": "http://127.0.0.1:9/odd",
-            "viewPolicy": "users",
-            "editPolicy": "users",
-            "status": "enabled",
-            "hmacKey": "k" * 32,
-            "dateCreated": now,
-            "dateModified": now,
-        }
+        seeding.hook_row("http://127.0.0.1:9/odd", now=now, name="odd hook", phid=odd_hook, hmac_key="k" * 32)
     )
     phorge.request(odd_hook, properties=failed_properties(500), status="failed", lastRequestResult="fail")
     normal_hook = phorge.hook("http://127.0.0.1:9/normal", name="normal hook")

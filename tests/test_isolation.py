@@ -21,8 +21,9 @@ from tests.helpers import PHORGE_DB, Phorge, mysql_admin
 from tests.processes import WorkerProcess, count_status, seed, wait_for
 from tests.receiver import Receiver
 from webhook_delivery.dispatcher import Dispatcher
-from webhook_delivery.job import Counters, Job, JobRunner
+from webhook_delivery.job import Job, JobRunner
 from webhook_delivery.locks import webhook_lock_name
+from webhook_delivery.metrics import Counters
 from webhook_delivery.sessions import LockSession, SessionPool
 from webhook_delivery.store import Store
 from webhook_delivery.worker import Worker
@@ -56,11 +57,12 @@ def test_a_failing_hooks_job_stops_after_its_first_failed_attempt(phorge: Phorge
             locks.close()
             pool.close()
         assert len(receiver.requests) == 1
-        assert result.answered is False and len(result.retried) == 1 and not result.done
+        assert result.answered is False and len(result.settlement.retried) == 1 and not result.settlement.done
         untouched = [phorge.row(phid) for phid in phids[1:]]
         assert all((row["lastRequestResult"], row["dateModified"]) == ("none", row["dateCreated"]) for row in untouched)
 
 
+@pytest.mark.slow
 def test_a_hook_that_answers_is_delivered_while_many_receivers_hang(phorge: Phorge, delivery_config: Any) -> None:
     """Eight slots, twelve hooks whose receiver never answers: the answering hook's requests still go out
     while every hung call is still hanging, and every hung hook gets its turn afterwards."""
@@ -82,7 +84,7 @@ def test_a_hook_that_answers_is_delivered_while_many_receivers_hang(phorge: Phor
             later = [phorge.request(healthy) for _ in range(5)]
             wait_for(lambda: all(phorge.row(p)["status"] == "sent" for p in later), 10, "the healthy requests")
             assert dead_in_flight(receiver) >= hung  # none of the hung calls had timed out meanwhile
-            assert worker.lanes.running.total() <= 8
+            assert worker.scheduler.lanes.running.total() <= 8
 
             def tried() -> set[str]:
                 return {r.path.rsplit("/", 1)[0] for r in receiver.requests if r.path.startswith("/dead")}

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from typing import Any
 
+import pytest
+
 from tests.helpers import PHORGE_DB, Phorge, worker_env
 from tests.processes import ROOT
 from tests.receiver import Receiver
@@ -40,6 +42,7 @@ MEASURE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sixteen_rows_of_six_megabytes_keep_a_once_worker_small(phorge: Phorge) -> None:
     phids = []
     for i in range(ROWS):

@@ -7,18 +7,17 @@ import dataclasses
 import re
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import PHORGE_DB, Phorge, viewer
+from tests.helpers import PHORGE_DB, Phorge
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from tests.ui_helpers import explain, full_scans, logged_attempt, properties
-from webhook_delivery import history, selectors
+from webhook_delivery import history, phorge_status
 from webhook_delivery.status.heartbeat import Heartbeat
 from webhook_delivery.status.models import DeliveryAttempt, WorkerHeartbeat
 from webhook_delivery.templatetags.webhook_dashboard import error_label
@@ -36,12 +35,6 @@ def writer(html: str) -> str:
     found = re.search(r'id="last-writer" data-writer="(\w+)"', html)
     assert found, html
     return found.group(1)
-
-
-@pytest.fixture
-def staff(client: Any, django_user_model: Any) -> Any:
-    client.force_login(viewer(django_user_model))
-    return client
 
 
 # -- 1. the chart draws this service's attempts, each retry included ------------------------------------------
@@ -218,13 +211,6 @@ def test_without_the_attempt_log_the_page_does_not_guess(staff: Any, phorge: Pho
 # -- 3. "Due now" names what is left to Phorge's PHP worker --------------------------------------------------
 
 
-@pytest.fixture
-def worker_db(app_databases: AppDatabases) -> Iterator[AppDatabases]:
-    selectors._php_guard.cache_clear()
-    yield app_databases
-    selectors._php_guard.cache_clear()
-
-
 def _due_queries(captured: CaptureQueriesContext) -> list[str]:
     return [q["sql"] for q in captured.captured_queries if "DISTINCT objectPHID FROM" in q["sql"]]
 
@@ -237,7 +223,7 @@ def test_due_now_says_how_many_are_left_to_phorges_php_worker(
     sent = phorge.request(hook, status="sent", lastRequestResult="okay", lastRequestEpoch=phorge.now())
 
     worker_db.create(["worker"])
-    selectors._php_guard.cache_clear()
+    phorge_status._php_guard.cache_clear()
     with CaptureQueriesContext(connections["phorge"]) as captured:
         idle = staff.get("/").content.decode()
     assert 'data-state="idle"' in idle and "left to Phorge's PHP worker" not in idle
@@ -247,7 +233,7 @@ def test_due_now_says_how_many_are_left_to_phorges_php_worker(
     worker_db.worker_task(object_phid=due[0])
     worker_db.worker_task(object_phid=sent)  # a task of a request that is not due: not counted
     worker_db.worker_task(object_phid=due[1], task_class="PhabricatorSearchWorker")  # not a webhook task
-    selectors._php_guard.cache_clear()
+    phorge_status._php_guard.cache_clear()
     with CaptureQueriesContext(connections["phorge"]) as captured:
         active = staff.get("/").content.decode()
     assert 'data-state="active"' in active
@@ -260,7 +246,7 @@ def test_due_now_says_how_many_are_left_to_phorges_php_worker(
     assert "webhookURI" not in sql and "hmacKey" not in sql
 
     worker_db.truncate("worker", "worker_activetask")
-    selectors._php_guard.cache_clear()
+    phorge_status._php_guard.cache_clear()
     assert "left to Phorge's PHP worker" not in staff.get("/").content.decode()
 
 

@@ -24,7 +24,7 @@ from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.processes import ROOT, wait_for
 from tests.receiver import Receiver
-from webhook_delivery import selectors
+from webhook_delivery import phorge_status
 from webhook_delivery.config import default_blacklist
 from webhook_delivery.locks import webhook_lock_name
 from webhook_delivery.phorge_config import (
@@ -46,9 +46,9 @@ def write_local(path: Path, values: dict[str, Any]) -> None:
 
 @pytest.fixture
 def settings_cache() -> Iterator[None]:
-    selectors._phorge_settings.cache_clear()
+    phorge_status._phorge_settings.cache_clear()
     yield
-    selectors._phorge_settings.cache_clear()
+    phorge_status._phorge_settings.cache_clear()
 
 
 @pytest.fixture
@@ -246,6 +246,7 @@ def _check(**env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_check_warns_when_silent_mode_can_only_come_from_the_database_and_refuses_a_missing_file(
     tmp_path: Path,
 ) -> None:
@@ -322,6 +323,7 @@ LOCKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_php_style_lock_taker_never_finds_a_hook_busy_while_its_rows_are_only_deferred(
     phorge: Phorge, app_databases: AppDatabases, delivery_config: Any
 ) -> None:

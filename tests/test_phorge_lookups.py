@@ -20,16 +20,15 @@ from tests.helpers import PHORGE_DB, Phorge, mysql_admin, random_phid
 from tests.phorge_app_db import AppDatabases, app_schema
 from webhook_delivery.grants import grants_sql
 from webhook_delivery.phorge_config import PhorgeSettings, php_truthy
-from webhook_delivery.phorge_lookups import (
-    OBJECT_TABLES,
-    PhorgeObjects,
-    PhpWorkerGuard,
-)
+from webhook_delivery.phorge_objects import OBJECT_TABLES, PhorgeObjects
+from webhook_delivery.php_guard import PhpWorkerGuard
+from webhook_delivery.php_watch import PhpWatch
 
 pytestmark = PHORGE_DB
 
 NAMESPACE = settings.GORGE_WEBHOOK.namespace
-LOGGER = "webhook_delivery.phorge_lookups"
+LOGGER = "webhook_delivery.phorge_objects"
+GUARD_LOGGER = "webhook_delivery.php_watch"
 XACTIONS = ("maniphest", "maniphest_transaction")
 
 
@@ -215,7 +214,7 @@ def test_sqlite_behaves_as_no_grant(caplog: pytest.LogCaptureFixture) -> None:
     assert len(fallback_lines(caplog)) == 1
     config = dataclasses.replace(settings.GORGE_WEBHOOK, namespace="phabricator", silent=None)
     assert PhorgeSettings(config, connection=lambda: nullcontext(demo)).silent() is None  # unknown, never off
-    assert PhpWorkerGuard("phabricator", connection=lambda: nullcontext(demo)).state()["state"] == "unknown"
+    assert PhpWorkerGuard("phabricator", connection=lambda: nullcontext(demo)).current().state == "unknown"
 
 
 def test_lost_connection_propagates_as_database_error(app_db: AppDatabases, caplog: pytest.LogCaptureFixture) -> None:
@@ -236,7 +235,7 @@ def test_lost_connection_propagates_as_database_error(app_db: AppDatabases, capl
                 dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), connection=lambda: nullcontext(doomed)
             ).current()
         with pytest.raises(DatabaseError):
-            PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(doomed)).state()
+            PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(doomed)).current()
         assert fallback_lines(caplog) == []
     finally:
         doomed.close()
@@ -311,7 +310,7 @@ def gauge() -> float | None:
 
 def test_guard_follows_php_webhook_tasks(app_db: AppDatabases) -> None:
     guard = PhpWorkerGuard(NAMESPACE, ttl=0)
-    assert guard.state() == {
+    assert guard.current().as_json() == {
         "state": "idle",
         "active_tasks": 0,
         "leased_tasks": 0,
@@ -323,29 +322,29 @@ def test_guard_follows_php_webhook_tasks(app_db: AppDatabases) -> None:
     app_db.worker_task(archived=True, task_class="PhabricatorSearchWorker")
     app_db.worker_task(archived=True, age=3600)  # delivered by PHP, but an hour ago
     app_db.worker_task(archived=True, result=2)  # cancelled with bin/worker cancel
-    assert guard.state()["state"] == "idle"
+    assert guard.current().state == "idle"
 
     queued = app_db.worker_task()
     now = int(app_db.execute("SELECT UNIX_TIMESTAMP()")[0][0])
     app_db.worker_task(lease_owner="12345:1700000000:host:1", lease_expires=now + 7200)
-    state = guard.state()
+    state = guard.current().as_json()
     assert (state["state"], state["active_tasks"], state["leased_tasks"]) == ("active", 2, 1)
 
     app_db.execute(f"DELETE FROM {app_db.table('worker', 'worker_activetask')} WHERE taskClass = 'HeraldWebhookWorker'")
-    assert guard.state()["state"] == "idle"
+    assert guard.current().state == "idle"
     app_db.worker_task(archived=True, result=1, age=300)  # phd ran one five minutes ago: recent, not active
-    state = guard.state()
+    state = guard.current().as_json()
     assert (state["state"], state["active_tasks"], state["recently_archived"]) == ("recent", 0, 1)
     assert abs(state["last_delivery"] - (now - 300)) <= 2
     app_db.worker_task(archived=True, result=1)  # and one just now (it failed): PHP is at work
-    state = guard.state()
+    state = guard.current().as_json()
     assert (state["state"], state["recently_archived"]) == ("active", 2)
     assert queued
 
 
 def test_guard_is_unknown_without_grant(app_db: AppDatabases, herald_only_user: MariaDBUser) -> None:
     app_db.worker_task()
-    state = PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(herald_only_user.connection)).state()
+    state = PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(herald_only_user.connection)).current().as_json()
     assert state["state"] == "unknown"
     assert state["active_tasks"] is None and state["recently_archived"] is None
     assert "worker_activetask" in state["detail"]
@@ -358,10 +357,10 @@ def test_guard_is_never_idle_with_half_the_grant(apps: AppDatabases, app_db: App
     user = MariaDBUser(apps.admin, name, grants)
     try:
         guard = PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(user.connection), ttl=0)
-        state = guard.state()
+        state = guard.current().as_json()
         assert (state["state"], state["active_tasks"], state["recently_archived"]) == ("unknown", 0, None)
         app_db.worker_task()
-        assert guard.state()["state"] == "active"
+        assert guard.current().state == "active"
     finally:
         user.drop()
 
@@ -369,41 +368,41 @@ def test_guard_is_never_idle_with_half_the_grant(apps: AppDatabases, app_db: App
 def test_guard_watch_logs_once_per_change_and_sets_gauge(
     app_db: AppDatabases, herald_only_user: MariaDBUser, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    guard = PhpWorkerGuard(NAMESPACE, ttl=0)
+    caplog.set_level(logging.INFO, logger=GUARD_LOGGER)
+    guard = PhpWatch(PhpWorkerGuard(NAMESPACE, ttl=0))
     guard.watch()
     guard.watch()
     assert gauge() == 0
     task = app_db.worker_task()
     for _ in range(3):
-        assert guard.watch()["state"] == "active"
+        assert guard.watch().state == "active"
     assert gauge() == 1
     app_db.execute(f"DELETE FROM {app_db.table('worker', 'worker_activetask')} WHERE id = %s", (task,))
     guard.watch()
     assert gauge() == 0
-    blind = PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(herald_only_user.connection), ttl=0)
+    blind = PhpWatch(PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(herald_only_user.connection), ttl=0))
     blind.watch()
     blind.watch()
     assert gauge() == -1
-    messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    messages = [r.getMessage() for r in caplog.records if r.name == GUARD_LOGGER]
     assert messages[:3] == [
         "Phorge's PHP worker is not delivering webhooks",
         "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (see README handover)",
         "Phorge's PHP worker is not delivering webhooks",
     ]
     assert len(messages) == 4 and messages[3].startswith("cannot tell whether Phorge's PHP worker delivers webhooks")
-    assert [r.levelname for r in caplog.records if r.name == LOGGER][1] == "WARNING"
+    assert [r.levelname for r in caplog.records if r.name == GUARD_LOGGER][1] == "WARNING"
 
 
 def test_guard_caches_between_polls(app_db: AppDatabases) -> None:
     now = [50.0]
     guard = PhpWorkerGuard(NAMESPACE, ttl=5, clock=lambda: now[0])
-    assert guard.state()["state"] == "idle"
+    assert guard.current().state == "idle"
     app_db.worker_task()
     now[0] += 4
-    assert guard.state()["state"] == "idle"
+    assert guard.current().state == "idle"
     now[0] += 2
-    assert guard.state()["state"] == "active"
+    assert guard.current().state == "active"
 
 
 def test_guard_queries_use_phorge_indexes(app_db: AppDatabases) -> None:
@@ -444,7 +443,7 @@ def test_grants_are_enough_for_every_lookup_and_nothing_more(
     )
     assert granted.silent() is True
     app_db.worker_task()
-    assert PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(as_user)).state()["state"] == "active"
+    assert PhpWorkerGuard(NAMESPACE, connection=lambda: nullcontext(as_user)).current().state == "active"
     assert fallback_lines(caplog) == []
 
     hook = phorge.hook("http://127.0.0.1:9/ok")

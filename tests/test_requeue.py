@@ -189,6 +189,7 @@ def test_a_row_that_changed_after_it_was_read_is_left_alone(phorge: Phorge) -> N
     assert [phorge.row(phid)["status"] for phid in phids] == ["queued", "failed", "queued"]
 
 
+@pytest.mark.slow
 def test_a_running_worker_delivers_requeued_requests_without_waiting_for_its_sweep(
     phorge: Phorge, workers: Any, tmp_path: Path
 ) -> None:

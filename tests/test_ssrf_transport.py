@@ -26,12 +26,11 @@ from webhook_delivery.worker import Worker
 
 
 def attempt(uri: str, *, timeout: float = 2.0, blacklist: Any = (), resolver: Any = system_resolver) -> Any:
-    transport.start_attempt(timeout)
-    try:
-        hop = transport.check_uri(uri, blacklist, resolver)
-        return transport.post(uri, b'{"x": 1}\n', "0" * 64, first_hop=hop, blacklist=blacklist, resolver=resolver)
-    finally:
-        transport.end_attempt()
+    deadline = transport.Deadline.after(timeout)
+    hop = transport.check_uri(uri, blacklist, resolver, deadline)
+    return transport.post(
+        uri, b'{"x": 1}\n', "0" * 64, first_hop=hop, blacklist=blacklist, resolver=resolver, deadline=deadline
+    )
 
 
 def outcome(code: Any, kind: str = "http") -> transport.HttpOutcome:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tests.memory_source import MemorySource
-from webhook_delivery.window import GAP_SETTLE_SEC, QueueWindow
+from webhook_delivery.window import GAP_SETTLE_SEC, QueueWindow, Settlement
 
 LEASE, BACKOFF = 60, 300
 
@@ -46,7 +46,7 @@ def drain(source: MemorySource, win: QueueWindow, *, per_job: int = 32, max_poll
             for row in rows:
                 source.send(row.id)
                 delivered.append(row.id)
-            win.settle(hook, rows, done=[row.id for row in rows])
+            win.settle(Settlement(hook, rows, done=[row.id for row in rows]))
     raise AssertionError("the window never ran dry")
 
 
@@ -80,7 +80,7 @@ def test_rows_waiting_out_their_backoff_are_not_held_and_due_rows_come_first() -
     assert [row.id for row in rows] == fresh
     for row_id in fresh:
         source.send(row_id)
-    win.settle(hook, rows, done=fresh)
+    win.settle(Settlement(hook, rows, done=fresh))
     source.now += BACKOFF  # now they all come due
     assert drain(source, win) == waiting
 
@@ -150,13 +150,13 @@ def test_a_retried_row_comes_back_after_the_backoff_and_a_claimed_one_after_the_
     win.poll()
     rows = win.take(hook, 32)
     source.fail(first)
-    win.settle(hook, rows, retried=[(first, source.now)], claimed=[second])
+    win.settle(Settlement(hook, rows, retried=[(first, source.now)], claimed=[second]))
     win.poll()
     assert win.candidates() == []
     source.now += LEASE
     win.poll()
     assert [row.id for row in win.take(hook, 32)] == [second]
-    win.settle(hook, [source.rows[second]], done=[second])
+    win.settle(Settlement(hook, [source.rows[second]], done=[second]))
     source.send(second)
     source.now += BACKOFF - LEASE
     win.poll()

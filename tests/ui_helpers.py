@@ -11,15 +11,10 @@ from typing import Any
 
 from django.db import connections
 
-from tests.helpers import Phorge, random_phid
+from tests.helpers import Phorge
+from webhook_delivery import seeding
+from webhook_delivery.seeding import properties as properties  # the pages' tests build theirs with it
 from webhook_delivery.status.models import DeliveryAttempt
-
-PHP_FLAGS = {"retry": "never", "transactionPHIDs": [], "triggerPHIDs": [], "silent": False, "secure": False}
-
-
-def properties(**extra: Any) -> str:
-    """A `properties` value as PHP's json_encode writes it (compact, `/` escaped)."""
-    return json.dumps({**PHP_FLAGS, **extra}, separators=(",", ":")).replace("/", "\\/")
 
 
 @dataclass
@@ -116,21 +111,24 @@ def seed_bulk(
             status, result, props = "queued", "none", properties(retry="forever")
             epoch = 0
         modified = created if result == "none" and status == "queued" else max(created, epoch)
-        values.append((random_phid("HWBR"), hook, random_phid("TASK"), status, props, result, epoch, created, modified))
-    with connections["phorge"].cursor() as cursor:
-        cursor.executemany(
-            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, "
-            "lastRequestResult, lastRequestEpoch, dateCreated, dateModified) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            values,
+        values.append(
+            seeding.request_row(hook, props, now=created, status=status, result=result, epoch=epoch, modified=modified)
         )
+    with connections["phorge"].cursor() as cursor:
+        seeding.insert(cursor, seeding.REQUEST_TABLE, values)
         cursor.execute("ANALYZE TABLE herald_webhookrequest")
         cursor.fetchall()
     DeliveryAttempt.objects.bulk_create(
         [
-            logged_attempt(phid, hook, ended=epoch, result=result, code=json.loads(props).get("errorCode", ""))
-            for phid, hook, _object, _status, props, result, epoch, *_dates in values
-            if epoch and result in ("okay", "fail")
+            logged_attempt(
+                row["phid"],
+                row["webhookPHID"],
+                ended=row["lastRequestEpoch"],
+                result=row["lastRequestResult"],
+                code=json.loads(row["properties"]).get("errorCode", ""),
+            )
+            for row in values
+            if row["lastRequestEpoch"] and row["lastRequestResult"] in ("okay", "fail")
         ],
         batch_size=1000,
     )

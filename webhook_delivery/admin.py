@@ -19,7 +19,7 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from . import links, selectors
+from . import links, phorge_status, selectors
 from .herald import text, utc
 from .models import HeraldWebhook, HeraldWebhookRequest
 from .outcomes import is_success
@@ -179,11 +179,11 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
         return found, duplicates
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        self._base = selectors.phorge_base_uri()
+        self._base = phorge_status.phorge_base_uri()
         return super().changelist_view(request, extra_context)
 
     def change_view(self, request: HttpRequest, object_id: str, *args: Any, **kwargs: Any) -> Any:
-        self._base = selectors.phorge_base_uri()
+        self._base = phorge_status.phorge_base_uri()
         return super().change_view(request, object_id, *args, **kwargs)
 
     _base: str | None = None

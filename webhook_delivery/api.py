@@ -18,10 +18,12 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
-from . import history, selectors
+from . import history, phorge_status, selectors
 from .access import may_view
 from .alerts import selectors as alert_selectors
-from .status import holds
+from .health import HookHealth, QueueHealth
+from .status import heartbeat, holds
+from .status.heartbeat import WorkerStatus
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ def _latency_json(latency: history.Latency) -> dict[str, Any]:
     }
 
 
-def _hook_json(hook: selectors.HookHealth, health: selectors.QueueHealth, latency: history.Latency) -> dict[str, Any]:
+def _hook_json(hook: HookHealth, health: QueueHealth, latency: history.Latency) -> dict[str, Any]:
     return {
         "phid": hook.phid,
         "name": hook.name,
@@ -84,7 +86,7 @@ def _hook_json(hook: selectors.HookHealth, health: selectors.QueueHealth, latenc
     }
 
 
-def _worker_json(worker: selectors.WorkerStatus) -> dict[str, Any]:
+def _worker_json(worker: WorkerStatus) -> dict[str, Any]:
     return {
         "worker_id": worker.worker_id,
         "hostname": worker.hostname,
@@ -120,8 +122,8 @@ def _health() -> dict[str, Any]:
             "stalled_after_sec": health.thresholds.stalled_after,
         },
         "hooks": [_hook_json(hook, health, latencies[hook.phid]) for hook in health.hooks],
-        "workers": [_worker_json(worker) for worker in selectors.workers()],
-        "php_worker": selectors.php_delivery_state(),
+        "workers": [_worker_json(worker) for worker in heartbeat.workers()],
+        "php_worker": phorge_status.php_delivery_state().as_json(),
         "phorge_settings": _settings_json(),
         **_operator_json(),
     }
@@ -147,7 +149,7 @@ def _operator_json() -> dict[str, Any]:
 
 
 def _settings_json() -> dict[str, Any]:
-    resolved = selectors.phorge_settings()
+    resolved = phorge_status.phorge_settings()
     if resolved is None:
         return {"delivery_paused": None, "settings": []}
     return {

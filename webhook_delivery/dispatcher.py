@@ -92,13 +92,13 @@ class Dispatcher:
         if hook.status == "disabled":
             return configuration_failure(DISABLED)
         began = time.monotonic()
-        transport.start_attempt(self.config.delivery_timeout, started=started)
+        deadline = transport.Deadline.after(self.config.delivery_timeout, started=started)
         try:
             blacklist = self.blacklist()
             try:
-                first_hop = transport.check_uri(hook.uri, blacklist, self.resolver)
+                first_hop = transport.check_uri(hook.uri, blacklist, self.resolver, deadline)
             except (TemporaryDNSFailure, TimeoutError) as exc:  # the deadline, from the claim, may be gone already
-                return from_http(transport.failure(exc), retry_forever=retries_forever(properties))
+                return from_http(transport.failure(exc, deadline), retry_forever=retries_forever(properties))
             try:  # the stored transactionPHIDs are read here already (their order): bad ones are unsendable
                 transactions = self.objects.transactions(row.object_phid, properties.get("transactionPHIDs"))
             except (TypeError, ValueError, RecursionError, OverflowError) as exc:
@@ -121,6 +121,7 @@ class Dispatcher:
                 first_hop=first_hop,
                 blacklist=blacklist,
                 resolver=self.resolver,
+                deadline=deadline,
                 keep_body=self.config.attempt_log_body_bytes if self.config.attempt_log else 0,
                 extra_headers=self._delivery_id(row, hook),
             )
@@ -128,8 +129,6 @@ class Dispatcher:
         except InvalidURI as exc:
             logger.warning("webhook URI refused", extra={"request": row.phid, "hook": hook.phid, "reason": str(exc)})
             return configuration_failure(INVALID_URI)
-        finally:
-            transport.end_attempt()
         return from_http(http, retry_forever=retries_forever(properties))
 
     def _delivery_id(self, row: RequestRow, hook: Hook) -> tuple[tuple[str, str], ...]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from .phorge_lookups import OBJECT_TABLES, qualified
+from .phorge_access import qualified
+from .phorge_objects import OBJECT_TABLES
 
 USER_MAX_CHARS = 128  # MariaDB 10.6+ (mysql.global_priv); MySQL allows 32, and says so itself
 HOST_MAX_CHARS = 255

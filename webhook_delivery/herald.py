@@ -6,12 +6,14 @@ A test holds each rule's two forms equal.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import TextChoices
+
+from .columns import Columns
 
 REQUESTS = "herald_webhookrequest"
 HOOKS = "herald_webhook"
@@ -61,25 +63,36 @@ class RequestRow:
     properties: str | None = None
 
     @classmethod
-    def from_columns(cls, columns: Sequence[Any]) -> RequestRow:
-        """A row selected as REQUEST_COLUMNS followed by `properties` (or NULL)."""
+    def from_record(cls, record: Mapping[str, Any]) -> RequestRow:
+        """A row read by name: REQUEST_FIELDS and `properties` (or NULL)."""
+        properties = record["properties"]
         return cls(
-            id=int(columns[0]),
-            phid=text(columns[1]),
-            webhook_phid=text(columns[2]),
-            object_phid=text(columns[3]),
-            status=text(columns[4]),
-            last_result=text(columns[5]),
-            last_epoch=int(columns[6]),
-            date_created=int(columns[7]),
-            date_modified=int(columns[8]),
-            properties=None if columns[9] is None else text(columns[9]),
+            id=int(record["id"]),
+            phid=text(record["phid"]),
+            webhook_phid=text(record["webhookPHID"]),
+            object_phid=text(record["objectPHID"]),
+            status=text(record["status"]),
+            last_result=text(record["lastRequestResult"]),
+            last_epoch=int(record["lastRequestEpoch"]),
+            date_created=int(record["dateCreated"]),
+            date_modified=int(record["dateModified"]),
+            properties=None if properties is None else text(properties),
         )
 
 
-REQUEST_COLUMNS = (
-    "id, phid, webhookPHID, objectPHID, status, lastRequestResult, lastRequestEpoch, dateCreated, dateModified"
+REQUEST_FIELDS = (
+    "id",
+    "phid",
+    "webhookPHID",
+    "objectPHID",
+    "status",
+    "lastRequestResult",
+    "lastRequestEpoch",
+    "dateCreated",
+    "dateModified",
 )
+REQUEST_SELECT = Columns.of(*REQUEST_FIELDS)
+REQUEST_COLUMNS = REQUEST_SELECT.sql
 
 
 @dataclass(frozen=True)
@@ -90,39 +103,60 @@ class Hook:
     uri: str
     hmac_key: str
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Hook:
+        """A hook read by name, as HOOK_SELECT lists it."""
+        return cls(
+            text(record["phid"]),
+            text(record["name"]),
+            text(record["status"]),
+            text(record["webhookURI"]),
+            text(record["hmacKey"]),
+        )
+
     def __repr__(self) -> str:  # never print the URI or the key
         return f"Hook(phid={self.phid!r}, name={self.name!r}, status={self.status!r})"
 
 
-# -- the due rule: is_due / next_due, and Dialect.due_sql / Dialect.due_since_sql -------------------------------
+HOOK_SELECT = Columns.of("phid", "name", "status", "webhookURI", "hmacKey")
 
 
-def is_due(row: RequestRow, now: int, lease: int, retry_backoff: int) -> bool:
-    """Whether a worker may claim the row now (Dialect.due_sql is the same rule in SQL).
+# -- the due rule: next_due / is_due, and Dialect.due_sql / Dialect.due_since_sql, from the same pieces ---------
 
-    Untouched rows (never attempted, dateModified = dateCreated) are due. A failed attempt waits the retry
-    backoff from its lastRequestEpoch. A row whose dateModified moved past its last result is under a claim
-    and waits for the lease to expire. A result write sets dateModified = lastRequestEpoch = now, which may
-    equal dateCreated when created, claimed and attempted within one second: hence the result test.
-    """
-    if row.status != RequestStatus.QUEUED:
-        return False
-    if row.date_modified == row.date_created and row.last_result == RequestResult.NONE:
-        return True
-    failed = row.last_result == RequestResult.FAIL
-    if failed and row.last_epoch > now - retry_backoff:
-        return False
-    return (failed and row.date_modified == row.last_epoch) or row.date_modified <= now - lease
+
+def _untouched(row: RequestRow) -> bool:
+    """Never attempted nor claimed (UNTOUCHED_SQL)."""
+    return row.date_modified == row.date_created and row.last_result == RequestResult.NONE
+
+
+def _failed(row: RequestRow) -> bool:
+    """The last attempt failed (FAILED_SQL)."""
+    return row.last_result == RequestResult.FAIL
+
+
+def _settled_failure(row: RequestRow) -> bool:
+    """A failed attempt as written, not claimed since (SETTLED_FAILURE_SQL)."""
+    return _failed(row) and row.date_modified == row.last_epoch
 
 
 def next_due(row: RequestRow, lease: int, retry_backoff: int) -> int:
-    """The earliest database time at which `row` (as read) becomes due (Dialect.due_since_sql in SQL)."""
-    if row.date_modified == row.date_created and row.last_result == RequestResult.NONE:
+    """The earliest database time at which `row` (as read) becomes due, if it is queued.
+
+    Untouched rows (never attempted, dateModified = dateCreated) are due at once. A failed attempt waits the
+    retry backoff from its lastRequestEpoch. A row whose dateModified moved past its last result is under a
+    claim and waits for the lease to expire. A result write sets dateModified = lastRequestEpoch = now, which
+    may equal dateCreated when created, claimed and attempted within one second: hence the result test.
+    """
+    if _untouched(row):
         return 0
-    failed = row.last_result == RequestResult.FAIL
-    after_retry = row.last_epoch + retry_backoff if failed else 0
-    after_claim = 0 if failed and row.date_modified == row.last_epoch else row.date_modified + lease
+    after_retry = row.last_epoch + retry_backoff if _failed(row) else 0
+    after_claim = 0 if _settled_failure(row) else row.date_modified + lease
     return max(after_retry, after_claim)
+
+
+def is_due(row: RequestRow, now: int, lease: int, retry_backoff: int) -> bool:
+    """Whether a worker may claim the row at database time `now` (never negative): Dialect.due_sql in SQL."""
+    return row.status == RequestStatus.QUEUED and now >= next_due(row, lease, retry_backoff)
 
 
 # -- the breaker: Phorge's isInErrorBackoff(), and Dialect.breaker_failure_sql ------------------------------------
@@ -142,6 +176,11 @@ def backoff_until(failure_epochs_newest_first: list[int], threshold: int, window
     if len(failure_epochs_newest_first) < threshold:
         return None
     return failure_epochs_newest_first[threshold - 1] + window + 1
+
+
+UNTOUCHED_SQL = "dateModified = dateCreated AND lastRequestResult = 'none'"
+FAILED_SQL = "lastRequestResult = 'fail'"
+SETTLED_FAILURE_SQL = f"{FAILED_SQL} AND dateModified = lastRequestEpoch"
 
 
 class Dialect:
@@ -164,28 +203,26 @@ class Dialect:
     def greatest(self, a: str, b: str) -> str:
         return f"GREATEST({a}, {b})" if self.is_mysql else f"MAX({a}, {b})"
 
-    def due_sql(self, now: str | None = None, *, positional: bool = False) -> str:
-        """is_due() in SQL; placeholders %(lease)s and %(retry)s (or retry, lease positionally)."""
+    # Two SQL forms stay where Python has one: `now >= due_since_sql` would hold an untouched row back until
+    # the clock reaches its dateCreated, which due_sql (the claim's test) never does.
+    def due_sql(self, now: str | None = None) -> str:
+        """is_due() in SQL; placeholders %(lease)s and %(retry)s."""
         now = now or self.now_sql
-        retry, lease = ("%s", "%s") if positional else ("%(retry)s", "%(lease)s")
+        retry_over = f"lastRequestEpoch <= {now} - %(retry)s"
+        lease_over = f"dateModified <= {now} - %(lease)s"
         return (
-            "(status = 'queued' AND ((dateModified = dateCreated AND lastRequestResult = 'none') OR ("
-            f"(lastRequestResult <> 'fail' OR lastRequestEpoch <= {now} - {retry}) AND ("
-            "(lastRequestResult = 'fail' AND dateModified = lastRequestEpoch)"
-            f" OR dateModified <= {now} - {lease}))))"
+            f"(status = 'queued' AND (({UNTOUCHED_SQL}) OR ("
+            f"(lastRequestResult <> 'fail' OR {retry_over}) AND (({SETTLED_FAILURE_SQL}) OR {lease_over}))))"
         )
 
     def due_since_sql(self) -> str:
         """next_due() in SQL, except that an untouched row is due since it was created."""
-        after_retry = "CASE WHEN lastRequestResult = 'fail' THEN lastRequestEpoch + %(retry)s ELSE 0 END"
-        after_claim = (
-            "CASE WHEN lastRequestResult = 'fail' AND dateModified = lastRequestEpoch THEN 0 "
-            "ELSE dateModified + %(lease)s END"
-        )
+        after_retry = f"CASE WHEN {FAILED_SQL} THEN lastRequestEpoch + %(retry)s ELSE 0 END"
+        after_claim = f"CASE WHEN {SETTLED_FAILURE_SQL} THEN 0 ELSE dateModified + %(lease)s END"
         later = self.greatest(after_retry, after_claim)
-        return f"CASE WHEN dateModified = dateCreated AND lastRequestResult = 'none' THEN dateCreated ELSE {later} END"
+        return f"CASE WHEN {UNTOUCHED_SQL} THEN dateCreated ELSE {later} END"
 
     @staticmethod
     def breaker_failure_sql(window_start: str) -> str:
         """counts_toward_breaker() in SQL (key_ratelimit serves it)."""
-        return f"(lastRequestResult = 'fail' AND lastRequestEpoch >= {window_start})"
+        return f"({FAILED_SQL} AND lastRequestEpoch >= {window_start})"

@@ -14,23 +14,24 @@ import enum
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError
 
-from . import metrics
 from .attempts import AttemptLog, AttemptRecord
 from .config import DeliveryConfig
 from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
 from .herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
 from .locks import webhook_lock_name
 from .memory import release_free_memory
+from .metrics import Counters, Event
 from .outcomes import Outcome, with_error
-from .phorge_lookups import PhpWorkerGuard
+from .php_watch import PhpWatch
 from .phpjson import UndecodableProperties, decode_properties, encode_compact
 from .sessions import LockSession
 from .store import Store
+from .window import Settlement
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ PHP_YOUNG_SEC = 3
 
 
 class Lane(enum.Enum):
-    """Where a job's attempts count (see worker.Lanes)."""
+    """Where a job's attempts count (see scheduling.Lanes)."""
 
     ANSWERING = "answering"  # the hook's last attempt succeeded
     NEW = "new"  # no attempt of the hook seen yet by this process
@@ -59,34 +60,15 @@ class Job:
 
 @dataclass
 class JobResult:
-    hook_phid: str
-    done: list[int] = field(default_factory=list)  # no longer queued
-    retried: list[tuple[int, int]] = field(default_factory=list)  # (id, epoch): queued again after a failure
-    fresh: list[RequestRow] = field(default_factory=list)  # re-read: newer snapshots for the window
-    claimed: list[int] = field(default_factory=list)  # claimed, outcome not written: wait for the lease
-    deferred: list[tuple[int, int]] = field(default_factory=list)  # (id, db time): left alone until then
+    """What one job did: the window's part, settled in one call, and the facts the scheduler acts on."""
+
+    settlement: Settlement
     answered: bool | None = None  # True after a 2xx, False after a failed or timed-out attempt
     lock_busy: bool = False
     lock_lost: bool = False
     breaker_closed: bool = False
     backoff_until: int | None = None
     database_error: bool = False
-
-
-class Counters:
-    """Counts shared by the job threads and the main thread (heartbeat, activity line)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def add(self, key: str, amount: int = 1) -> None:
-        with self._lock:
-            self.values[key] = self.values.get(key, 0) + amount
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self.values)
 
 
 UNREADABLE = Outcome(
@@ -124,7 +106,7 @@ class JobRunner:
         dispatcher: Dispatcher,
         counters: Counters,
         stopping: threading.Event,
-        php: PhpWorkerGuard | None = None,
+        php: PhpWatch | None = None,
         attempts: AttemptLog | None = None,
     ) -> None:
         self.config = config
@@ -135,14 +117,13 @@ class JobRunner:
         self.stopping = stopping
         self.php = php
         self.attempts = attempts
-        self.php_active = False  # set by the main loop from the guard: PHP delivered lately
         self._large = threading.BoundedSemaphore(LARGE_AT_ONCE)
 
     def run(self, job: Job) -> JobResult:
-        result = JobResult(job.hook_phid)
+        result = JobResult(Settlement(job.hook_phid, job.rows))
         name = webhook_lock_name(self.config.namespace, job.hook_phid)
         try:
-            if self._all_php(job, result):
+            if self._all_php(job, result.settlement):
                 return result  # the hook's lock was never taken, so no PHP task finds it busy
             token = self.locks.acquire(name)
             if token is None:
@@ -169,7 +150,11 @@ class JobRunner:
         result.backoff_until = backoff_until(epochs, threshold, window)
         return result.backoff_until is not None
 
-    def _reread(self, rows: list[RequestRow], result: JobResult) -> list[RequestRow]:
+    def _php_delivering(self) -> bool:
+        """PHP delivered lately, as the main loop's last look at the guard found."""
+        return self.php is not None and self.php.latest().delivering
+
+    def _reread(self, rows: list[RequestRow], settlement: Settlement) -> list[RequestRow]:
         """The rows as they are now (with properties); those no longer due go back to the window, and
         those that are PHP's to deliver are left alone for a while."""
         fresh, now = self.store.fetch([row.id for row in rows])
@@ -178,61 +163,61 @@ class JobRunner:
         for row in rows:
             current = by_id.get(row.id)
             if current is None or current.status != RequestStatus.QUEUED:
-                result.done.append(row.id)
+                settlement.done.append(row.id)
             elif now is not None and is_due(current, now, self.config.claim_lease_sec, self.config.retry_backoff_sec):
                 due.append(current)
             else:
-                result.fresh.append(dataclasses.replace(current, properties=None))  # the window keeps no text
-        return self._leave_to_php(due, result, now) if due and now is not None else due
+                settlement.fresh.append(dataclasses.replace(current, properties=None))  # the window keeps no text
+        return self._leave_to_php(due, settlement, now) if due and now is not None else due
 
-    def _all_php(self, job: Job, result: JobResult) -> bool:
+    def _all_php(self, job: Job, settlement: Settlement) -> bool:
         """Before the hook's lock: True (and the rows deferred) when every row of the job is PHP's."""
-        if not self.php_active or job.now is None:
+        if not self._php_delivering() or job.now is None:
             return False
         mine, deferred = self._php_split(job.rows, job.now)
         if mine is None or mine:
             return False
-        self._defer(deferred, result)
+        self._defer(deferred, settlement)
         return True
 
-    def _leave_to_php(self, rows: list[RequestRow], result: JobResult, now: int) -> list[RequestRow]:
+    def _leave_to_php(self, rows: list[RequestRow], settlement: Settlement, now: int) -> list[RequestRow]:
         mine, deferred = self._php_split(rows, now)
         if mine is None:
             return rows
-        self._defer(deferred, result)
+        self._defer(deferred, settlement)
         return mine
 
     def _php_split(
         self, rows: list[RequestRow], now: int
-    ) -> tuple[list[RequestRow] | None, list[tuple[RequestRow, int, str]]]:
+    ) -> tuple[list[RequestRow] | None, list[tuple[RequestRow, int, Event]]]:
         """While Phorge's own worker still delivers, a request with a live HeraldWebhookWorker task is
         PHP's, and so is one too young for its task to be visible yet (queueCall() saves the row a moment
         before it schedules the task). PHP checks `status` before it takes the hook lock and not again
         inside it, so taking such a row could send it twice. Returns the rows that are ours and those left
-        (row, until, why); ours None without the grant (then every row is ours, as before)."""
+        (row, until, the event saying why); ours None without the grant (then every row is ours, as before)."""
         live = None if self.php is None else self.php.live_tasks(row.phid for row in rows)
         if live is None:
             return None, []
-        mine, deferred = [], []
+        mine: list[RequestRow] = []
+        deferred: list[tuple[RequestRow, int, Event]] = []
         for row in rows:
             if row.phid in live:
-                deferred.append((row, now + PHP_TASK_RECHECK_SEC, "task"))
-            elif self.php_active and row.date_created > now - PHP_YOUNG_SEC:
-                deferred.append((row, row.date_created + PHP_YOUNG_SEC, "young"))
+                deferred.append((row, now + PHP_TASK_RECHECK_SEC, "left_to_php.task"))
+            elif self._php_delivering() and row.date_created > now - PHP_YOUNG_SEC:
+                deferred.append((row, row.date_created + PHP_YOUNG_SEC, "left_to_php.young"))
             else:
                 mine.append(row)
         return mine, deferred
 
-    def _defer(self, deferred: list[tuple[RequestRow, int, str]], result: JobResult) -> None:
+    def _defer(self, deferred: list[tuple[RequestRow, int, Event]], settlement: Settlement) -> None:
         for row, until, why in deferred:
-            result.deferred.append((row.id, until))
-            self.counters.add(f"left_to_php.{why}")
+            settlement.deferred.append((row.id, until))
+            self.counters.record(why)
         if deferred:
-            metrics.LEFT_TO_PHP.inc(len(deferred))
-            self.counters.add("left_to_php", len(deferred))
+            self.counters.record("left_to_php", len(deferred))
 
     def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int) -> None:
-        pending = self._reread(job.rows, result)
+        pending = self._reread(job.rows, result.settlement)
         lost_once: set[int] = set()
         while pending and not self.stopping.is_set():
             row = pending.pop(0)
@@ -246,10 +231,10 @@ class JobRunner:
                     result.lock_lost = True
                     return
                 if row.id in lost_once:
-                    result.fresh.append(dataclasses.replace(row, properties=None))
+                    result.settlement.fresh.append(dataclasses.replace(row, properties=None))
                     continue
                 lost_once.add(row.id)
-                pending = self._reread([row, *pending], result)
+                pending = self._reread([row, *pending], result.settlement)
             elif outcome.result == RequestResult.FAIL:
                 return  # hand the hook back: its other rows wait for a later turn
 
@@ -288,11 +273,9 @@ class JobRunner:
             row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
         )
         if version is None:
-            metrics.CLAIMS.labels("lost").inc()
-            self.counters.add("claims_lost")
+            self.counters.record("claims_lost")
             return None
-        metrics.CLAIMS.labels("won").inc()
-        self.counters.add("claims_won")
+        self.counters.record("claims_won")
         claimed_at, began = time.monotonic(), time.time()
         if properties is None:
             return self._poison(row, version, claimed_at, result, problem, began)
@@ -301,7 +284,7 @@ class JobRunner:
         except UnsendableRequest as exc:
             return self._poison(row, version, claimed_at, result, str(exc), began)
         except SilentModeUnknown:
-            result.claimed.append(row.id)  # untouched but for the claim: back after the lease
+            result.settlement.claimed.append(row.id)  # untouched but for the claim: back after the lease
             raise _Stop from None
         except DatabaseError:
             raise  # an outage: the row waits out its claim and comes back
@@ -320,11 +303,11 @@ class JobRunner:
         elif outcome.result == RequestResult.FAIL:
             result.answered = False
         if written is None:
-            result.claimed.append(row.id)
+            result.settlement.claimed.append(row.id)
         elif outcome.retried:
-            result.retried.append((row.id, written))
+            result.settlement.retried.append((row.id, written))
         else:
-            result.done.append(row.id)
+            result.settlement.done.append(row.id)
         return outcome
 
     def _log_attempt(self, row: RequestRow, outcome: Outcome, began: float, seconds: float) -> None:
@@ -357,10 +340,8 @@ class JobRunner:
             extra={"request": row.phid, "hook": row.webhook_phid, "reason": problem},
         )
         written = self._write(row, version, claimed_at, RequestStatus.FAILED, RequestResult.NONE, False, None)
-        metrics.DELIVERIES.labels("failed", "unreadable").inc()
-        self.counters.add("deliveries.failed")
-        self.counters.add("deliveries.unreadable")
-        (result.done if written is not None else result.claimed).append(row.id)
+        self.counters.record("deliveries.unreadable")
+        (result.settlement.done if written is not None else result.settlement.claimed).append(row.id)
         self._log_attempt(row, UNREADABLE, began, time.monotonic() - claimed_at)
         return UNREADABLE
 
@@ -383,13 +364,11 @@ class JobRunner:
                     row.id, version, status=status, result=result, attempted=attempted, properties=properties
                 )
                 if written is None:
-                    metrics.DEGRADED.labels("claim_lost_before_write").inc()
-                    self.counters.add("degraded.claim_lost_before_write")
+                    self.counters.record("degraded.claim_lost_before_write")
                     logger.warning("claim expired before the result was written", extra={"request": row.phid})
                 return written
             except DatabaseError:
-                metrics.DEGRADED.labels("result_write_retry").inc()
-                self.counters.add("degraded.result_write_retry")
+                self.counters.record("degraded.result_write_retry")
                 if time.monotonic() + delay > give_up:
                     logger.error(
                         "result could not be written before the lease ran out; the request will be retried",
@@ -400,9 +379,14 @@ class JobRunner:
                 delay = min(delay * 2, 5.0)
 
     def _record(self, row: RequestRow, outcome: Outcome, written: int | None) -> None:
-        label = "sent" if outcome.status == RequestStatus.SENT else "retry" if outcome.retried else "failed"
-        metrics.DELIVERIES.labels(label, outcome.error_type).inc()
-        self.counters.add(f"deliveries.{label}")
+        event: Event = (
+            "deliveries.sent"
+            if outcome.status == RequestStatus.SENT
+            else "deliveries.retry"
+            if outcome.retried
+            else "deliveries.failed"
+        )
+        self.counters.record(event, error_type=outcome.error_type)
         extra = {
             "request": row.phid,
             "hook": row.webhook_phid,

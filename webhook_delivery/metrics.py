@@ -1,6 +1,11 @@
-"""Prometheus metrics of the delivery worker (exported by `deliver_webhooks --metrics-port`)."""
+"""Prometheus metrics of the delivery worker (exported by `deliver_webhooks --metrics-port`), and its
+events: each recorded once, into its Prometheus counter and the heartbeat's counts."""
 
 from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -48,3 +53,77 @@ ATTEMPT_LOG_LOST = Counter(
     "gorge_webhook_attempt_log_lost",
     "Attempts not recorded in the attempt log (Django's database unavailable, or the queue full).",
 )
+
+Event = Literal[
+    "claims_won",
+    "claims_lost",
+    "deliveries.sent",
+    "deliveries.retry",
+    "deliveries.failed",
+    "deliveries.unreadable",
+    "left_to_php",
+    "left_to_php.task",
+    "left_to_php.young",
+    "lock_busy",
+    "breaker_skips",
+    "degraded.database",
+    "degraded.result_write_retry",
+    "degraded.claim_lost_before_write",
+    "degraded.lock_lost",
+]
+
+
+@dataclass(frozen=True)
+class _Feeds:
+    """Where one event is counted: a Prometheus counter (with its labels) and the heartbeat's counts."""
+
+    metric: Any  # a prometheus_client Counter, or None: counted in the heartbeat only
+    labels: tuple[str, ...]
+    counts: tuple[str, ...]
+
+
+# Each event of the worker, once: deliveries take their Phorge error type as the last label on top.
+EVENTS: dict[Event, _Feeds] = {
+    "claims_won": _Feeds(CLAIMS, ("won",), ("claims_won",)),
+    "claims_lost": _Feeds(CLAIMS, ("lost",), ("claims_lost",)),
+    "deliveries.sent": _Feeds(DELIVERIES, ("sent",), ("deliveries.sent",)),
+    "deliveries.retry": _Feeds(DELIVERIES, ("retry",), ("deliveries.retry",)),
+    "deliveries.failed": _Feeds(DELIVERIES, ("failed",), ("deliveries.failed",)),
+    "deliveries.unreadable": _Feeds(
+        DELIVERIES, ("failed", "unreadable"), ("deliveries.failed", "deliveries.unreadable")
+    ),
+    "left_to_php": _Feeds(LEFT_TO_PHP, (), ("left_to_php",)),
+    "left_to_php.task": _Feeds(None, (), ("left_to_php.task",)),
+    "left_to_php.young": _Feeds(None, (), ("left_to_php.young",)),
+    "lock_busy": _Feeds(LOCK_BUSY, (), ("lock_busy",)),
+    "breaker_skips": _Feeds(BREAKER_SKIPS, (), ("breaker_skips",)),
+    "degraded.database": _Feeds(DEGRADED, ("database",), ("degraded.database",)),
+    "degraded.result_write_retry": _Feeds(DEGRADED, ("result_write_retry",), ("degraded.result_write_retry",)),
+    "degraded.claim_lost_before_write": _Feeds(
+        DEGRADED, ("claim_lost_before_write",), ("degraded.claim_lost_before_write",)
+    ),
+    "degraded.lock_lost": _Feeds(None, (), ("degraded.lock_lost",)),
+}
+
+
+class Counters:
+    """The worker's event counts, shared by the job threads and the main thread (heartbeat, activity line).
+    `record()` counts an event in Prometheus and here at once."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def record(self, event: Event, amount: int = 1, *, error_type: str | None = None) -> None:
+        """Count `event` (`error_type`: the Phorge error type of a delivery, its metric's last label)."""
+        feeds = EVENTS[event]
+        if feeds.metric is not None:
+            labels = feeds.labels if error_type is None else (*feeds.labels, error_type)
+            (feeds.metric.labels(*labels) if labels else feeds.metric).inc(amount)
+        with self._lock:
+            for key in feeds.counts:
+                self.values[key] = self.values.get(key, 0) + amount
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.values)

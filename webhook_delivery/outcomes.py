@@ -1,18 +1,69 @@
-"""What one processing of a request writes back, in Phorge's value domains. Pure."""
+"""What one processing of a request writes back, in Phorge's value domains, and the one table of the error
+codes it stores with their labels. Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from .herald import RequestResult, RequestStatus
 
-HOOK_ERROR = "hook"
-SILENT = "silent"
-DISABLED = "disabled"
-INVALID_URI = "uri"
-INVALID_OBJECT = "object"
-NOT_FOUND = "not-found"
+HOOK_ERROR = "hook"  # the errorType of a configuration failure; its errorCode is a HookError code
+
+
+class HookError(Enum):
+    """PHP's failRequest() codes (errorType `hook`) and HeraldWebhookRequest's display names for them."""
+
+    SILENT = "silent", "In Silent Mode"
+    DISABLED = "disabled", "Hook Disabled"
+    INVALID_URI = "uri", "Invalid URI"
+    INVALID_OBJECT = "object", "Invalid Object"
+    NOT_FOUND = "not-found", "Hook Not Found"
+
+    def __init__(self, code: str, label: str) -> None:
+        self.code = code
+        self.label = label
+
+
+class CurlError(Enum):
+    """libcurl's error numbers (CURLE_<name>) that an attempt records under errorType `http` or `timeout`,
+    as PHP records them, and the dashboard's words for them (None: shown as the number alone)."""
+
+    UNSUPPORTED_PROTOCOL = 1, "malformed response"
+    COULDNT_RESOLVE_HOST = 6, "could not resolve host"
+    COULDNT_CONNECT = 7, "could not connect"
+    PARTIAL_FILE = 18, None
+    OPERATION_TIMEDOUT = 28, "timed out"
+    SSL_CONNECT_ERROR = 35, "TLS handshake failed"
+    TOO_MANY_REDIRECTS = 47, "too many redirects"
+    GOT_NOTHING = 52, "empty reply"
+    RECV_ERROR = 56, "connection reset"
+    PEER_FAILED_VERIFICATION = 60, "certificate not trusted"
+
+    def __init__(self, number: int, label: str | None) -> None:
+        self.number = number
+        self.label = label
+
+
+SILENT = HookError.SILENT.code
+DISABLED = HookError.DISABLED.code
+INVALID_URI = HookError.INVALID_URI.code
+INVALID_OBJECT = HookError.INVALID_OBJECT.code
+NOT_FOUND = HookError.NOT_FOUND.code
+
+_HOOK_LABELS = {error.code: error.label for error in HookError}
+_CURL_LABELS = {str(error.number): error.label for error in CurlError if error.label is not None}
+
+
+def hook_error_label(code: str) -> str:
+    """Phorge's display name for a hook errorCode; a code it does not know, as stored."""
+    return _HOOK_LABELS.get(code, code)
+
+
+def curl_error_label(code: str) -> str | None:
+    """The dashboard's words for a stored libcurl number, None for one without."""
+    return _CURL_LABELS.get(code)
 
 
 def http_status(error_code: object) -> int | None:

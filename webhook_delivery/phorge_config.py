@@ -23,7 +23,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .config import DeliveryConfig, IPNetwork, parse_blacklist
 from .herald import text
 from .netguard import local_gaps
-from .phorge_lookups import CACHE_SEC, ConnectionSource, _default_connection, _NoAccessError, _select, qualified
+from .phorge_access import CACHE_SEC, ConnectionSource, _default_connection, _NoAccessError, _select, qualified
 
 logger = logging.getLogger(__name__)
 

@@ -17,12 +17,13 @@ from datetime import UTC, datetime
 
 from .dispatcher import ObjectLookup
 from .herald import Hook, HookStatus, RequestRow
+from .outcomes import HOOK_ERROR, INVALID_OBJECT
 from .phpjson import UndecodableProperties, decode_properties
 from .store import Store
 
 BATCH = 1000
 GC_MARGIN_SEC = 3600  # closer than this to Phorge's collection, a request may vanish before it goes out
-ERROR_TYPES = ("http", "timeout", "hook")
+ERROR_TYPES = ("http", "timeout", HOOK_ERROR)
 PHID_RE = re.compile(r"PHID-[A-Z0-9]{4}-[A-Za-z0-9]{1,54}")
 
 DISABLED = "hook disabled (Phorge would not deliver it)"
@@ -175,7 +176,7 @@ class Requeue:
                     plan.refused[UNREADABLE] += 1
                 elif oldest is not None and row.date_created < oldest:
                     plan.refused[TOO_OLD] += 1
-                elif (error_type, error_code) == ("hook", "object") and self._object_gone(row.object_phid):
+                elif (error_type, error_code) == (HOOK_ERROR, INVALID_OBJECT) and self._object_gone(row.object_phid):
                     plan.refused[OBJECT_GONE] += 1
                 else:
                     failed_at = row.last_epoch or row.date_modified

@@ -1,4 +1,5 @@
-"""Every read the dashboard, the JSON diagnostics, the readiness probe and the web metrics make.
+"""The SQL reads of Phorge's herald tables that the dashboard, the JSON diagnostics, the web metrics and the
+alert watcher make (the model they feed is in health.py, the composition of the dashboard in dashboard.py).
 
 Upstream Phorge has no index on `herald_webhookrequest.status`, and a week of a busy site is a million
 rows, so nothing here filters on status alone. Two facts keep every query on `key_ratelimit`
@@ -18,35 +19,24 @@ The secret columns are never selected: the only use of hmacKey is the boolean `h
 from __future__ import annotations
 
 import functools
-import math
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, ParamSpec, TypeVar
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
 
-from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 
+from .columns import Columns, Record
 from .config import PHORGE_ALIAS, DeliveryConfig
+from .health import QueueHealth, Tally, queue_health_of
 from .herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRow, text
-from .history import DeliverySeries, delivery_series
 from .payload import phid_get_type
-from .phorge_config import PhorgeConfig, PhorgeSettings
-from .phorge_lookups import WEBHOOK_TASK_CLASS, PhpWorkerGuard, qualified
+from .phorge_access import qualified
+from .php_guard import WEBHOOK_TASK_CLASS
 from .phpjson import UndecodableProperties, decode_properties
-from .state import PhpDeliveryState
 from .status.holds import held_hook_phids
-from .status.models import WorkerHeartbeat
 
-WORKER_ALIVE_SEC = 30
-WORKERS_SHOWN_FOR = timedelta(days=1)
 RECENT_FAILURES = 20
-HOOKS_SHOWN = 200
 PENDING_RESULTS = "lastRequestResult IN ('none', 'fail')"
-
-LagState = Literal["healthy", "late", "stalled"]
-HookState = Literal["ok", "failing", "backoff", "misconfigured", "disabled"]
 
 
 def _dialect() -> Dialect:
@@ -64,11 +54,17 @@ def _fetch(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         return list(cursor.fetchall())
 
 
+def _one(sql: str, params: Mapping[str, Any]) -> Any:
+    """The value of a statement that selects one column of one row (a count, the clock)."""
+    ((value,),) = _fetch(sql, params)
+    return value
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _uncommitted_reads(func: Callable[P, R]) -> Callable[P, R]:
+def uncommitted_reads(func: Callable[P, R]) -> Callable[P, R]:
     """Run the queries of `func` in one READ UNCOMMITTED transaction on MySQL/MariaDB.
 
     Counting is a covering scan of key_ratelimit, but under a snapshot InnoDB visits the row behind every
@@ -90,11 +86,16 @@ def _uncommitted_reads(func: Callable[P, R]) -> Callable[P, R]:
     return reading
 
 
-def _hook_filter(phids: Sequence[str], column: str = "webhookPHID") -> tuple[str, dict[str, str]]:
-    if not phids:
+def _in_filter(column: str, values: Sequence[Any], name: str) -> tuple[str, dict[str, Any]]:
+    """`column IN (%(name0)s, ...)` and its parameters; `1 = 0` for no values (an empty IN is not SQL)."""
+    if not values:
         return "1 = 0", {}
-    params = {f"hook{index}": phid for index, phid in enumerate(phids)}
-    return f"{column} IN (" + ", ".join(f"%({name})s" for name in params) + ")", params
+    params = {f"{name}{index}": value for index, value in enumerate(values)}
+    return f"{column} IN (" + ", ".join(f"%({key})s" for key in params) + ")", params
+
+
+def _hook_filter(phids: Sequence[str], column: str = "webhookPHID") -> tuple[str, dict[str, Any]]:
+    return _in_filter(column, phids, "hook")
 
 
 FAILED_ROW = "(status = 'failed' OR lastRequestResult = 'fail')"
@@ -135,17 +136,16 @@ def hooks(only: Sequence[str] | None = None) -> tuple[int, list[HookRow]]:
     """Every hook, or the ones named (no URI, no key), and the database clock."""
     dialect = _dialect()
     where, params = _hook_filter(only, column="phid") if only is not None else ("1 = 1", {})
-    rows = _fetch(
-        f"SELECT phid, name, status, hmacKey = '' AS no_key, {dialect.now_sql}, id FROM {HOOKS} WHERE {where} "
-        "ORDER BY name, id",
-        params,
-    )
-    now = int(rows[0][4]) if rows else int(_fetch(f"SELECT {dialect.now_sql}", {})[0][0])
-    return now, [HookRow(text(r[0]), text(r[1]), text(r[2]), bool(r[3]), _int(r[5])) for r in rows]
+    columns = Columns.of("phid", "name", "status", no_key="hmacKey = '' AS no_key", now=dialect.now_sql, id="id")
+    rows = columns.read_all(_fetch(f"SELECT {columns.sql} FROM {HOOKS} WHERE {where} ORDER BY name, id", params))
+    now = int(rows[0]["now"]) if rows else int(_one(f"SELECT {dialect.now_sql}", {}))
+    return now, [
+        HookRow(text(r["phid"]), text(r["name"]), text(r["status"]), bool(r["no_key"]), _int(r["id"])) for r in rows
+    ]
 
 
 def hook_total() -> int:
-    return _int(_fetch(f"SELECT COUNT(*) FROM {HOOKS}", {})[0][0])
+    return _int(_one(f"SELECT COUNT(*) FROM {HOOKS}", {}))
 
 
 # -- queue counts (the Gorge-compatible /api/webhook/stats) ------------------------------------------
@@ -159,7 +159,10 @@ class QueueCounts:
     active_webhooks: int
 
 
-@_uncommitted_reads
+STATUS_COUNTS = Columns.of("status", requests="COUNT(*)")
+
+
+@uncommitted_reads
 def queue_counts() -> QueueCounts:
     _now, all_hooks = hooks()
     active = sum(1 for hook in all_hooks if hook.status != "disabled")
@@ -168,174 +171,20 @@ def queue_counts() -> QueueCounts:
     dialect = _dialect()
     where, params = _hook_filter([hook.phid for hook in all_hooks])
     table = dialect.requests_by_result
-    sent = _fetch(f"SELECT COUNT(*) FROM {table} WHERE {where} AND lastRequestResult = 'okay'", params)
-    by_status = dict(
-        _fetch(
-            f"SELECT status, COUNT(*) FROM {table} WHERE {where} AND {PENDING_RESULTS} GROUP BY status",
-            params,
-        )
+    sent = _one(f"SELECT COUNT(*) FROM {table} WHERE {where} AND lastRequestResult = 'okay'", params)
+    grouped = _fetch(
+        f"SELECT {STATUS_COUNTS.sql} FROM {table} WHERE {where} AND {PENDING_RESULTS} GROUP BY status", params
     )
+    by_status = {row["status"]: row["requests"] for row in STATUS_COUNTS.read_all(grouped)}
     return QueueCounts(
         queued=_int(by_status.get("queued")),
-        sent=_int(sent[0][0]),
+        sent=_int(sent),
         failed=_int(by_status.get("failed")),
         active_webhooks=active,
     )
 
 
-# -- per-hook health and lag -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ErrorCount:
-    error_type: str
-    error_code: str
-    count: int
-
-
-@dataclass(frozen=True)
-class HookHealth:
-    phid: str
-    name: str
-    id: int
-    status: str
-    misconfigured: bool
-    queued: int = 0
-    sent: int = 0
-    failed: int = 0
-    due: int = 0
-    oldest_due_since: int | None = None
-    window_failures: int = 0  # attempts failed inside the breaker window (Phorge's rule)
-    in_backoff: bool = False
-    last_success: int | None = None
-    last_failed_attempt: int | None = None  # lastRequestEpoch of the newest `fail` row
-    last_configuration_failure: int | None = None  # dateModified of the newest failed/none row (hook error)
-    errors: tuple[ErrorCount, ...] = ()
-    on_hold: bool = False  # held by an operator (manage.py hold_webhooks)
-
-    @property
-    def last_failure(self) -> int | None:
-        return _latest(self.last_failed_attempt, self.last_configuration_failure)
-
-    @property
-    def held(self) -> bool:
-        """Due requests of this hook wait on purpose (breaker, missing key or a hold), not on the worker."""
-        return self.misconfigured or self.in_backoff or self.on_hold
-
-    @property
-    def state(self) -> HookState:
-        if self.status == "disabled":
-            return "disabled"
-        if self.misconfigured:
-            return "misconfigured"
-        if self.in_backoff:
-            return "backoff"
-        # Only what the receiver did: a refused URI or a deleted object is the request's, not the receiver's.
-        if self.last_failed_attempt is not None and (
-            self.last_success is None or self.last_failed_attempt >= self.last_success
-        ):
-            return "failing"
-        return "ok"
-
-
-@dataclass(frozen=True)
-class LagThresholds:
-    late_after: int
-    stalled_after: int
-
-
-def lag_thresholds(config: DeliveryConfig) -> LagThresholds:
-    """When the oldest due request is late, and when delivery looks stalled (seconds).
-
-    A due request is normally claimed within one poll interval; with every slot busy it can wait behind
-    deliveries that each take up to the delivery timeout. So it is late after the largest of 30 s,
-    twenty poll intervals and two delivery timeouts. It is stalled once it has waited longer than
-    Phorge itself holds back a failing request (the retry backoff) or a crashed worker's claim (the
-    lease), and never before twice the late threshold: by then no worker is taking due requests.
-    Defaults (250 ms poll, 15 s timeout, 300 s backoff, 60 s lease): late after 30 s, stalled after 300 s.
-    """
-    late = max(30, math.ceil(config.poll_interval_ms / 50), math.ceil(2 * config.delivery_timeout))
-    return LagThresholds(late, max(2 * late, config.retry_backoff_sec, config.claim_lease_sec))
-
-
-@dataclass(frozen=True)
-class QueueHealth:
-    now: int
-    hooks: tuple[HookHealth, ...]
-    thresholds: LagThresholds
-    error_threshold: int
-    error_window_sec: int
-
-    @property
-    def queued(self) -> int:
-        return sum(hook.queued for hook in self.hooks)
-
-    @property
-    def sent(self) -> int:
-        return sum(hook.sent for hook in self.hooks)
-
-    @property
-    def failed(self) -> int:
-        return sum(hook.failed for hook in self.hooks)
-
-    @property
-    def due_now(self) -> int:
-        return sum(hook.due for hook in self.hooks)
-
-    @property
-    def due_held(self) -> int:
-        return sum(hook.due for hook in self.hooks if hook.held)
-
-    @property
-    def oldest_due_age(self) -> int | None:
-        """Seconds the oldest deliverable due request has been waiting (held hooks excluded)."""
-        since = [h.oldest_due_since for h in self.hooks if not h.held and h.oldest_due_since is not None]
-        return max(0, self.now - min(since)) if since else None
-
-    @property
-    def lag_state(self) -> LagState:
-        age = self.oldest_due_age or 0
-        if age >= self.thresholds.stalled_after:
-            return "stalled"
-        return "late" if age >= self.thresholds.late_after else "healthy"
-
-    @property
-    def active_hooks(self) -> int:
-        return sum(1 for hook in self.hooks if hook.status != "disabled")
-
-    @property
-    def hooks_in_backoff(self) -> int:
-        return sum(1 for hook in self.hooks if hook.in_backoff)
-
-    @property
-    def hooks_misconfigured(self) -> int:
-        return sum(1 for hook in self.hooks if hook.misconfigured)
-
-    @property
-    def hook_phids(self) -> list[str]:
-        return [hook.phid for hook in self.hooks]
-
-
-@dataclass
-class _Tally:
-    queued: int = 0
-    sent: int = 0
-    failed: int = 0
-    due: int = 0
-    oldest_due_since: int | None = None
-    window_failures: int = 0
-    last_success: int | None = None
-    last_failed_attempt: int | None = None
-    last_configuration_failure: int | None = None
-    errors: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
-
-
-def _latest(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
-def _earliest(a: int | None, b: int) -> int:
-    return b if a is None else min(a, b)
+# -- per-hook health and lag (the model: health.py) ----------------------------------------------------
 
 
 def _held_hooks() -> set[str]:
@@ -347,32 +196,45 @@ def _held_hooks() -> set[str]:
         return set()
 
 
-@_uncommitted_reads
+SETTLED = Columns.of("webhookPHID", requests="COUNT(*)", last_success="MAX(lastRequestEpoch)")
+
+
+def _pending_columns(dialect: Dialect) -> Columns:
+    due = dialect.due_sql("%(now)s")
+    return Columns.of(
+        "webhookPHID",
+        "status",
+        error_type=f"{_json_text(dialect, 'errorType')} AS error_type",
+        error_code=f"{_json_text(dialect, 'errorCode')} AS error_code",
+        requests="COUNT(*)",
+        failed_attempt="MAX(CASE WHEN lastRequestResult = 'fail' THEN lastRequestEpoch END)",
+        configuration_failure="MAX(CASE WHEN lastRequestResult = 'none' AND status = 'failed' THEN dateModified END)",
+        in_window=f"SUM(CASE WHEN {Dialect.breaker_failure_sql('%(window_start)s')} THEN 1 ELSE 0 END)",
+        due=f"SUM(CASE WHEN {due} THEN 1 ELSE 0 END)",
+        due_since=f"MIN(CASE WHEN {due} THEN {dialect.due_since_sql()} END)",
+    )
+
+
+@uncommitted_reads
 def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> QueueHealth:
     """Counts, due requests, breaker state and errors per hook (every hook, or the ones named): three
     queries however large the table."""
     dialect = _dialect()
     now, all_hooks = hooks(only)
-    tallies: dict[str, _Tally] = {hook.phid: _Tally() for hook in all_hooks}
+    tallies: dict[str, Tally] = {hook.phid: Tally() for hook in all_hooks}
     if all_hooks:
         where, params = _hook_filter(list(tallies))
         settled = _fetch(
-            f"SELECT webhookPHID, COUNT(*), MAX(lastRequestEpoch) FROM {dialect.requests_by_result} "
+            f"SELECT {SETTLED.sql} FROM {dialect.requests_by_result} "
             f"WHERE {where} AND lastRequestResult = 'okay' GROUP BY webhookPHID",
             params,
         )
-        for phid, count, last in settled:
-            tally = tallies[text(phid)]
-            tally.sent, tally.last_success = _int(count), _int(last) or None
-        due = dialect.due_sql("%(now)s")
-        pending = _fetch(
-            f"SELECT webhookPHID, status, {_json_text(dialect, 'errorType')} AS error_type, "
-            f"{_json_text(dialect, 'errorCode')} AS error_code, COUNT(*), "
-            "MAX(CASE WHEN lastRequestResult = 'fail' THEN lastRequestEpoch END), "
-            "MAX(CASE WHEN lastRequestResult = 'none' AND status = 'failed' THEN dateModified END), "
-            f"SUM(CASE WHEN {Dialect.breaker_failure_sql('%(window_start)s')} THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN {due} THEN 1 ELSE 0 END), MIN(CASE WHEN {due} THEN {dialect.due_since_sql()} END) "
-            f"FROM {dialect.requests_by_result} WHERE {where} AND {PENDING_RESULTS} "
+        for row in SETTLED.read_all(settled):
+            tally = tallies[text(row["webhookPHID"])]
+            tally.sent, tally.last_success = _int(row["requests"]), _int(row["last_success"]) or None
+        pending = _pending_columns(dialect)
+        grouped = _fetch(
+            f"SELECT {pending.sql} FROM {dialect.requests_by_result} WHERE {where} AND {PENDING_RESULTS} "
             "GROUP BY webhookPHID, status, lastRequestResult, error_type, error_code",
             {
                 **params,
@@ -382,59 +244,19 @@ def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> Q
                 "retry": config.retry_backoff_sec,
             },
         )
-        for row in pending:
-            phid, status, error_type, error_code, count, failed_attempt, config_failure = row[:7]
-            in_window, due_count, due_since = row[7:]
-            tally = tallies[text(phid)]
-            status = text(status)
-            if status == "queued":
-                tally.queued += _int(count)
-            elif status == "failed":
-                tally.failed += _int(count)
-            tally.last_failed_attempt = _latest(tally.last_failed_attempt, _int(failed_attempt) or None)
-            tally.last_configuration_failure = _latest(tally.last_configuration_failure, _int(config_failure) or None)
-            tally.window_failures += _int(in_window)
-            tally.due += _int(due_count)
-            if due_since is not None:
-                tally.oldest_due_since = _earliest(tally.oldest_due_since, _int(due_since))
-            if error_type is not None:
-                tally.errors[(text(error_type), text(error_code))] += _int(count)
-    held = _held_hooks()
-    health = []
-    for hook in all_hooks:
-        tally = tallies[hook.phid]
-        errors = sorted(
-            (ErrorCount(kind, code, count) for (kind, code), count in tally.errors.items()),
-            key=lambda error: (-error.count, error.error_type, error.error_code),
-        )
-        health.append(
-            HookHealth(
-                phid=hook.phid,
-                id=hook.id,
-                name=hook.name,
-                status=hook.status,
-                misconfigured=hook.misconfigured,
-                queued=tally.queued,
-                sent=tally.sent,
-                failed=tally.failed,
-                due=tally.due,
-                oldest_due_since=tally.oldest_due_since,
-                window_failures=tally.window_failures,
-                in_backoff=tally.window_failures >= config.error_threshold,
-                last_success=tally.last_success,
-                last_failed_attempt=tally.last_failed_attempt,
-                last_configuration_failure=tally.last_configuration_failure,
-                errors=tuple(errors),
-                on_hold=hook.phid in held,
+        for row in pending.read_all(grouped):
+            error_type, due_since = row["error_type"], row["due_since"]
+            tallies[text(row["webhookPHID"])].add_pending(
+                status=text(row["status"]),
+                error=None if error_type is None else (text(error_type), text(row["error_code"])),
+                requests=_int(row["requests"]),
+                failed_attempt=_int(row["failed_attempt"]) or None,
+                configuration_failure=_int(row["configuration_failure"]) or None,
+                in_window=_int(row["in_window"]),
+                due=_int(row["due"]),
+                due_since=None if due_since is None else _int(due_since),
             )
-        )
-    return QueueHealth(
-        now=now,
-        hooks=tuple(health),
-        thresholds=lag_thresholds(config),
-        error_threshold=config.error_threshold,
-        error_window_sec=config.error_backoff_sec,
-    )
+    return queue_health_of(now, all_hooks, tallies, _held_hooks(), config)
 
 
 # -- recent failures ---------------------------------------------------------------------------------
@@ -457,7 +279,7 @@ class RecentFailure:
 RECENT_ATTEMPTS_SEC = 86400
 
 
-@_uncommitted_reads
+@uncommitted_reads
 def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> list[RecentFailure]:
     """The newest failures: failed attempts of the last day and configuration failures (hook errors).
 
@@ -468,10 +290,17 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
     dialect = _dialect()
     by_phid = {hook.phid: hook for hook in health.hooks}
     since = health.now - RECENT_ATTEMPTS_SEC
-    columns = (
-        f"SELECT id, phid, webhookPHID, status, lastRequestResult, dateModified, "
-        f"{_json_text(dialect, 'errorType')}, {_json_text(dialect, 'errorCode')} FROM {dialect.requests_by_result} "
+    failure = Columns.of(
+        "id",
+        "phid",
+        "webhookPHID",
+        "status",
+        "lastRequestResult",
+        "dateModified",
+        error_type=_json_text(dialect, "errorType"),
+        error_code=_json_text(dialect, "errorCode"),
     )
+    columns = f"SELECT {failure.sql} FROM {dialect.requests_by_result} "
     rows: list[tuple[Any, ...]] = []
     attempted = [h.phid for h in health.hooks if h.last_failed_attempt and h.last_failed_attempt >= since]
     if attempted:
@@ -489,21 +318,21 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
             "AND status = 'failed' ORDER BY dateModified DESC, id DESC LIMIT %(limit)s",
             {**params, "limit": limit},
         )
-    rows.sort(key=lambda r: (_int(r[5]), _int(r[0])), reverse=True)
+    found = sorted(failure.read_all(rows), key=lambda r: (_int(r["dateModified"]), _int(r["id"])), reverse=True)
     return [
         RecentFailure(
-            id=_int(r[0]),
-            phid=text(r[1]),
-            hook_phid=text(r[2]),
-            hook_name=by_phid[text(r[2])].name if text(r[2]) in by_phid else "",
-            hook_id=by_phid[text(r[2])].id if text(r[2]) in by_phid else 0,
-            status=text(r[3]),
-            last_result=text(r[4]),
-            failed_at=_int(r[5]),
-            error_type=text(r[6]),
-            error_code=text(r[7]),
+            id=_int(r["id"]),
+            phid=text(r["phid"]),
+            hook_phid=text(r["webhookPHID"]),
+            hook_name=by_phid[text(r["webhookPHID"])].name if text(r["webhookPHID"]) in by_phid else "",
+            hook_id=by_phid[text(r["webhookPHID"])].id if text(r["webhookPHID"]) in by_phid else 0,
+            status=text(r["status"]),
+            last_result=text(r["lastRequestResult"]),
+            failed_at=_int(r["dateModified"]),
+            error_type=text(r["error_type"]),
+            error_code=text(r["error_code"]),
         )
-        for r in rows[:limit]
+        for r in found[:limit]
     ]
 
 
@@ -534,20 +363,27 @@ class RequestDetail:
 def request_detail(phid: str) -> RequestDetail | None:
     """One request and its hook's name and status (never the hook's URI or key)."""
     dialect = _dialect()
-    columns = ", ".join(f"r.{column.strip()}" for column in REQUEST_COLUMNS.split(","))
-    shown = f"CASE WHEN LENGTH(r.properties) <= {SHOWN_PROPERTIES} THEN r.properties END"
-    valid = "JSON_VALID(r.properties)" if dialect.is_mysql else "json_valid(r.properties)"
-    extracted = [
-        _json_text(dialect, key, only_failed=False, column="r.properties") for key in ("errorType", "errorCode")
-    ]
+    fields = [column.strip() for column in REQUEST_COLUMNS.split(",")]
+    columns = Columns.of(
+        **{field: f"r.{field}" for field in fields},
+        properties=f"CASE WHEN LENGTH(r.properties) <= {SHOWN_PROPERTIES} THEN r.properties END",
+        hook_name="h.name",
+        hook_id="h.id",
+        hook_status="h.status",
+        is_json="JSON_VALID(r.properties)" if dialect.is_mysql else "json_valid(r.properties)",
+        **{
+            name: _json_text(dialect, key, only_failed=False, column="r.properties")
+            for name, key in (("error_type", "errorType"), ("error_code", "errorCode"))
+        },
+    )
     rows = _fetch(
-        f"SELECT {columns}, {shown}, h.name, h.id, h.status, {valid}, {', '.join(extracted)} FROM {REQUESTS} r "
-        f"LEFT JOIN {HOOKS} h ON h.phid = r.webhookPHID WHERE r.phid = %(phid)s",
+        f"SELECT {columns.sql} FROM {REQUESTS} r LEFT JOIN {HOOKS} h ON h.phid = r.webhookPHID WHERE r.phid = %(phid)s",
         {"phid": phid},
     )
     if not rows:
         return None
-    row = RequestRow.from_columns(rows[0])
+    found = columns.read(rows[0])
+    row = RequestRow.from_record(found)
     properties: dict[str, Any] | None
     if row.properties is not None:
         try:
@@ -555,10 +391,11 @@ def request_detail(phid: str) -> RequestDetail | None:
         except UndecodableProperties:
             properties = None
     else:  # too large to decode for a page: only what the page shows, read by the database
-        is_json, error_type, error_code = rows[0][13:16]
-        found = {"errorType": error_type, "errorCode": error_code}
-        properties = {key: text(value) for key, value in found.items() if value is not None} if is_json else None
-    name, hook_id, hook_status = rows[0][10:13]
+        read_out = {"errorType": found["error_type"], "errorCode": found["error_code"]}
+        properties = (
+            {key: text(value) for key, value in read_out.items() if value is not None} if found["is_json"] else None
+        )
+    name, hook_id, hook_status = found["hook_name"], found["hook_id"], found["hook_status"]
     return RequestDetail(
         row=row,
         properties=properties,
@@ -568,117 +405,7 @@ def request_detail(phid: str) -> RequestDetail | None:
     )
 
 
-# -- workers (heartbeats in Django's own database) ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WorkerStatus:
-    worker_id: str
-    hostname: str
-    pid: int
-    started_at: datetime
-    last_seen: datetime
-    seen_ago_sec: int
-    alive: bool
-    max_concurrent: int
-    in_flight: int
-    tracked_queued: int
-    database_down_for_sec: float | None
-    stopping: bool
-    hooks_in_backoff: int
-    hooks_misconfigured: int
-    hooks_lock_busy: int
-    degraded: Mapping[str, int]  # cumulative counters of this process, by reason
-    counts: Mapping[str, int]
-
-    @property
-    def state(self) -> str:
-        if not self.alive:
-            return "stale"
-        if self.database_down_for_sec is not None:
-            return "database down"
-        return "stopping" if self.stopping else "ok"
-
-
-def _count_map(value: Any) -> dict[str, int]:
-    if not isinstance(value, dict):
-        return {}
-    return {str(key): int(count) for key, count in value.items() if isinstance(count, int)}
-
-
-def _size(value: Any) -> int:
-    return len(value) if isinstance(value, (list, dict)) else 0
-
-
-def workers(now: datetime | None = None) -> list[WorkerStatus]:
-    """deliver_webhooks processes seen in the last day, newest first; alive = beat in the last 30 s."""
-    now = now or datetime.now(UTC)
-    result = []
-    for beat in WorkerHeartbeat.objects.filter(last_seen__gte=now - WORKERS_SHOWN_FOR)[:50]:
-        state = beat.state if isinstance(beat.state, dict) else {}
-        counts = _count_map(state.get("counts"))
-        down = state.get("database_down_for_sec")
-        result.append(
-            WorkerStatus(
-                worker_id=beat.worker_id,
-                hostname=beat.hostname,
-                pid=beat.pid,
-                started_at=beat.started_at,
-                last_seen=beat.last_seen,
-                seen_ago_sec=max(0, int((now - beat.last_seen).total_seconds())),
-                alive=now - beat.last_seen <= timedelta(seconds=WORKER_ALIVE_SEC),
-                max_concurrent=_int(state.get("max_concurrent")),
-                in_flight=_int(state.get("in_flight")),
-                tracked_queued=_int(state.get("tracked_queued")),
-                database_down_for_sec=float(down) if isinstance(down, (int, float)) else None,
-                stopping=bool(state.get("stopping")),
-                hooks_in_backoff=_size(state.get("hooks_in_backoff")),
-                hooks_misconfigured=_size(state.get("hooks_misconfigured")),
-                hooks_lock_busy=_size(state.get("hooks_lock_busy")),
-                degraded={k.removeprefix("degraded."): v for k, v in counts.items() if k.startswith("degraded.")},
-                counts=counts,
-            )
-        )
-    return result
-
-
-# -- Phorge's own PHP worker -------------------------------------------------------------------------
-
-
-@functools.cache
-def _phorge_settings(config: DeliveryConfig) -> PhorgeSettings:
-    return PhorgeSettings(config)  # one per process and configuration, cached a few seconds
-
-
-def phorge_settings() -> PhorgeConfig | None:
-    """Phorge's settings in force (silent mode, blacklist, base URI, retention) and where each came from;
-    None when Phorge's database is unreachable."""
-    try:
-        return _phorge_settings(settings.GORGE_WEBHOOK).current()
-    except DatabaseError:
-        return None
-
-
-def phorge_base_uri() -> str | None:
-    """Phorge's `phabricator.base-uri` (for links into its UI), when it is known."""
-    resolved = phorge_settings()
-    return None if resolved is None else resolved.base_uri.value
-
-
-@functools.cache
-def _php_guard(namespace: str) -> PhpWorkerGuard:
-    return PhpWorkerGuard(namespace)  # one per process, so its short cache spares the database
-
-
-def php_delivery_state() -> PhpDeliveryState:
-    """Whether Phorge's PHP HeraldWebhookWorker is delivering too, from `<ns>_worker`.
-
-    Never raises: a missing grant or an unreachable database reads "unknown", never "idle".
-    """
-    try:
-        return _php_guard(settings.GORGE_WEBHOOK.namespace).state()
-    except DatabaseError:
-        return {"state": "unknown", "detail": "Phorge's worker database is unreachable"}
+# -- what is left to Phorge's own PHP worker ---------------------------------------------------------
 
 
 def due_left_to_php(health: QueueHealth, config: DeliveryConfig) -> int | None:
@@ -696,7 +423,7 @@ def due_left_to_php(health: QueueHealth, config: DeliveryConfig) -> int | None:
     join = "STRAIGHT_JOIN" if dialect.is_mysql else "JOIN"
     where, params = _hook_filter(health.hook_phids)
     try:
-        rows = _fetch(
+        count = _one(
             f"SELECT COUNT(*) FROM (SELECT DISTINCT objectPHID FROM {tasks} WHERE taskClass = %(task_class)s) AS t "
             f"{join} {REQUESTS} ON phid = t.objectPHID "
             f"WHERE {where} AND {PENDING_RESULTS} AND {dialect.due_sql('%(now)s')}",
@@ -710,58 +437,115 @@ def due_left_to_php(health: QueueHealth, config: DeliveryConfig) -> int | None:
         )
     except DatabaseError:
         return None
-    return _int(rows[0][0])
+    return _int(count)
 
 
-# -- readiness and the dashboard ---------------------------------------------------------------------
+# -- for the alert watcher (alerts/watcher.py) -------------------------------------------------------
 
 
-def phorge_database_answers() -> None:
-    """Raises DatabaseError unless Phorge's herald database answers a trivial query."""
-    _fetch("SELECT 1", {})
+FIRST_FAILURE = Columns.of("webhookPHID", first="MIN(lastRequestEpoch)")
+
+
+def first_failures(last_success: Mapping[str, int]) -> dict[str, int]:
+    """The first failed attempt of each hook (PHID: its last success, 0 for none) after that success, where
+    Phorge still has one: one key_ratelimit range per hook, in one query."""
+    if not last_success:
+        return {}
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    for index, (phid, success) in enumerate(last_success.items()):
+        clauses.append(
+            f"(webhookPHID = %(h{index})s AND lastRequestResult = 'fail' AND lastRequestEpoch > %(s{index})s)"
+        )
+        params[f"h{index}"], params[f"s{index}"] = phid, success
+    rows = _fetch(
+        f"SELECT {FIRST_FAILURE.sql} FROM {_dialect().requests_by_result} "
+        f"WHERE {' OR '.join(clauses)} GROUP BY webhookPHID",
+        params,
+    )
+    return {text(r["webhookPHID"]): _int(r["first"]) for r in FIRST_FAILURE.read_all(rows) if r["first"] is not None}
+
+
+def last_errors(phids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """(errorType, errorCode) of each hook's newest failed attempt, for the hooks that have one (one query)."""
+    dialect = _dialect()
+    columns = Columns.of(
+        "webhookPHID", error_type=_json_text(dialect, "errorType"), error_code=_json_text(dialect, "errorCode")
+    )
+    where, params = _hook_filter(phids)
+    rows = _fetch(
+        f"SELECT {columns.sql} FROM {REQUESTS} JOIN ("
+        f"SELECT webhookPHID AS newest_hook, MAX(lastRequestEpoch) AS newest FROM {dialect.requests_by_result} "
+        f"WHERE {where} AND lastRequestResult = 'fail' GROUP BY webhookPHID) AS newest_fail "
+        "ON webhookPHID = newest_hook AND lastRequestResult = 'fail' AND lastRequestEpoch = newest",
+        params,
+    )
+    return {
+        text(r["webhookPHID"]): (text(r["error_type"]), text(r["error_code"]))
+        for r in columns.read_all(rows)
+        if r["error_type"] is not None
+    }
+
+
+def _queued_before(columns: Columns, phids: Sequence[str], edge: int, tail: str) -> list[Record]:
+    """The hooks' queued requests created at or before `edge`: one range of key_ratelimit's pending slice."""
+    where, params = _hook_filter(phids)
+    rows = _fetch(
+        f"SELECT {columns.sql} FROM {_dialect().requests_by_result} "
+        f"WHERE {where} AND {PENDING_RESULTS} AND status = 'queued' AND dateCreated <= %(edge)s {tail}",
+        {**params, "edge": edge},
+    )
+    return columns.read_all(rows)
 
 
 @dataclass(frozen=True)
-class Dashboard:
-    health: QueueHealth
-    series: DeliverySeries
-    failures: list[RecentFailure]
-    workers: list[WorkerStatus]
-    php: PhpDeliveryState
-    due_left_to_php: int | None = None  # read only while Phorge's PHP worker is active
-    attempt_log: bool = True  # the chart draws this service's attempts: none are kept when the log is off
-    phorge_uri: str | None = None  # phabricator.base-uri, for links into Phorge's pages
-    settings: PhorgeConfig | None = None  # Phorge's own switches in force; None: its database is unreachable
-
-    @property
-    def alive_workers(self) -> int:
-        return sum(1 for worker in self.workers if worker.alive)
-
-    @property
-    def hooks_shown(self) -> list[HookHealth]:
-        """Hooks needing attention first, then the busiest; at most HOOKS_SHOWN rows on the page."""
-        order = {"backoff": 0, "failing": 1, "misconfigured": 2, "ok": 3, "disabled": 4}
-        ranked = sorted(self.health.hooks, key=lambda hook: (order[hook.state], -hook.due, -hook.queued, hook.name))
-        return ranked[:HOOKS_SHOWN]
-
-    @property
-    def hooks_hidden(self) -> int:
-        return max(0, len(self.health.hooks) - HOOKS_SHOWN)
+class NearCollection:
+    hook_phid: str
+    requests: int
+    oldest: int  # dateCreated of the hook's oldest queued request
 
 
-@_uncommitted_reads
-def dashboard(config: DeliveryConfig) -> Dashboard:
-    health = queue_health(config)
-    resolved = phorge_settings()
-    php = php_delivery_state()
-    return Dashboard(
-        health=health,
-        series=delivery_series(health.now),
-        failures=recent_failures(health),
-        workers=workers(),
-        php=php,
-        due_left_to_php=due_left_to_php(health, config) if php["state"] == "active" else None,
-        attempt_log=config.attempt_log,
-        phorge_uri=None if resolved is None else resolved.base_uri.value,
-        settings=resolved,
-    )
+NEAR_COLLECTION = Columns.of("webhookPHID", requests="COUNT(*)", oldest="MIN(dateCreated)")
+
+
+def near_collection(phids: Sequence[str], edge: int) -> list[NearCollection]:
+    """Per hook, the queued requests created at or before `edge` (Phorge collects them next): how many and
+    the oldest."""
+    return [
+        NearCollection(text(r["webhookPHID"]), _int(r["requests"]), _int(r["oldest"]))
+        for r in _queued_before(NEAR_COLLECTION, phids, edge, "GROUP BY webhookPHID")
+    ]
+
+
+@dataclass(frozen=True)
+class QueuedRequest:
+    id: int
+    phid: str
+    hook_phid: str
+    date_created: int
+
+
+QUEUED_REQUEST = Columns.of("id", "phid", "webhookPHID", "dateCreated")
+
+
+def queued_near_collection(phids: Sequence[str], edge: int, limit: int) -> list[QueuedRequest]:
+    """At most `limit` queued requests of these hooks created at or before `edge`, one by one (the same range
+    as near_collection)."""
+    return [
+        QueuedRequest(_int(r["id"]), text(r["phid"]), text(r["webhookPHID"]), _int(r["dateCreated"]))
+        for r in _queued_before(QUEUED_REQUEST, phids, edge, f"LIMIT {int(limit)}")
+    ]
+
+
+STATUS_LOOKUP_BATCH = 500
+REQUEST_STATUS = Columns.of("id", "status")
+
+
+def request_statuses(ids: Sequence[int]) -> dict[int, str]:
+    """The status of each of these requests that still exists: one primary-key lookup per 500 ids."""
+    found: dict[int, str] = {}
+    for start in range(0, len(ids), STATUS_LOOKUP_BATCH):
+        where, params = _in_filter("id", ids[start : start + STATUS_LOOKUP_BATCH], "id")
+        rows = _fetch(f"SELECT {REQUEST_STATUS.sql} FROM {REQUESTS} WHERE {where}", params)
+        found.update({_int(r["id"]): text(r["status"]) for r in REQUEST_STATUS.read_all(rows)})
+    return found

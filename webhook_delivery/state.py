@@ -4,13 +4,15 @@ and the PHP-guard state (Phorge's own worker still delivering?)."""
 
 from __future__ import annotations
 
-from typing import Literal, Required, TypedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Required, TypedDict, cast, get_args
 
 PhpState = Literal["idle", "active", "recent", "unknown"]
 
 
 class PhpDeliveryState(TypedDict, total=False):
-    """phorge_lookups.PhpWorkerGuard.state(); only `state` is always there."""
+    """The JSON shape of PhpDelivery (PhpDelivery.as_json()); only `state` is always there."""
 
     state: Required[PhpState]
     active_tasks: int | None
@@ -18,6 +20,58 @@ class PhpDeliveryState(TypedDict, total=False):
     recently_archived: int | None
     last_delivery: int | None  # epoch of the newest task phd finished in the last 15 minutes
     detail: str
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class PhpDelivery:
+    """php_guard.PhpWorkerGuard's answer: is Phorge's own PHP worker delivering webhooks, and what says so.
+    The counts are None where they could not be read."""
+
+    state: PhpState
+    active_tasks: int | None
+    leased_tasks: int | None
+    recently_archived: int | None
+    last_delivery: int | None
+    detail: str
+
+    @classmethod
+    def unknown(cls, detail: str) -> PhpDelivery:
+        """Phorge's worker tables could not be read: never taken for "idle"."""
+        return cls("unknown", None, None, None, None, detail)
+
+    @property
+    def delivering(self) -> bool:
+        """PHP delivered lately ("active" or "recent"): requests too young to tell are left to it."""
+        return self.state in ("active", "recent")
+
+    def as_json(self) -> PhpDeliveryState:
+        """The dict written into the heartbeat and /api/webhook/health."""
+        return {
+            "state": self.state,
+            "active_tasks": self.active_tasks,
+            "leased_tasks": self.leased_tasks,
+            "recently_archived": self.recently_archived,
+            "last_delivery": self.last_delivery,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PhpDelivery:
+        """Read back tolerantly: an older heartbeat may lack keys, and what is not a known value is unknown."""
+        state = data.get("state")
+        detail = data.get("detail")
+        return cls(
+            cast(PhpState, state) if state in get_args(PhpState) else "unknown",
+            _count(data.get("active_tasks")),
+            _count(data.get("leased_tasks")),
+            _count(data.get("recently_archived")),
+            _count(data.get("last_delivery")),
+            detail if isinstance(detail, str) else "",
+        )
 
 
 class WorkerState(TypedDict):

@@ -20,11 +20,21 @@ from typing import Any
 
 from django.db import connections
 
+from .columns import Columns, Record
 from .config import PHORGE_ALIAS
-from .herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, Hook, RequestRow, text
+from .herald import HOOK_SELECT, HOOKS, REQUEST_SELECT, REQUESTS, Dialect, Hook, RequestRow, text
 from .sessions import SessionPool
 
 INLINE_PROPERTIES = 256 * 1024  # bytes: larger properties are read one row at a time
+RETURNED = Columns.of("dateModified")  # what SQLite's RETURNING hands back from a guarded UPDATE
+PHIDS = Columns.of("phid")
+REQUEST_HOOKS = Columns.of("webhookPHID")
+EPOCHS = Columns.of("lastRequestEpoch")
+
+
+def _numbered(n: int, **values: Any) -> dict[str, Any]:
+    """The parameters of the n-th repeat of a statement part: `hook` is `%(hook{n})s` there."""
+    return {f"{name}{n}": value for name, value in values.items()}
 
 
 class Store:
@@ -35,18 +45,23 @@ class Store:
         self.dialect = Dialect(str(connections[alias].vendor))
         self.is_mysql = self.dialect.is_mysql
         self.now_sql = now = self.dialect.now_sql
+        self._clock = Columns.of(now=now)
+        # Request reads: REQUEST_SELECT, then properties (or NULL), then the database clock.
+        self._listed = REQUEST_SELECT.plus(properties="NULL", now=now)
+        self._with_properties = REQUEST_SELECT.plus("properties", now=now)
         # Built once: these run for every delivery.
-        self._scan_sql = f"SELECT {REQUEST_COLUMNS}, NULL, {now} FROM {REQUESTS} WHERE id > %s ORDER BY id LIMIT %s"
+        self._scan_sql = f"SELECT {self._listed.sql} FROM {REQUESTS} WHERE id > %(after)s ORDER BY id LIMIT %(limit)s"
         # Large properties are left out of a batch and read alone (Store.large_properties), one or two at a time.
-        with_properties = (
+        inline_properties = (
             f"CASE WHEN status = 'queued' AND LENGTH(properties) <= {INLINE_PROPERTIES} THEN properties END"
         )
-        self._fetch_sql = f"SELECT {REQUEST_COLUMNS}, {with_properties}, {now} FROM {REQUESTS} WHERE id IN "
+        self._fetched = REQUEST_SELECT.plus(properties=inline_properties, now=now)
+        self._fetch_sql = f"SELECT {self._fetched.sql} FROM {REQUESTS} WHERE id IN "
         version = self.dialect.greatest("dateModified + 1", now)
-        claim_where = f"WHERE id = %s AND dateModified = %s AND {self.dialect.due_sql(positional=True)}"
+        claim_where = f"WHERE id = %(id)s AND dateModified = %(version)s AND {self.dialect.due_sql()}"
         if self.is_mysql:
             self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = LAST_INSERT_ID({version}) {claim_where}"
-            self._locked_claim_sql = f"{self._claim_sql} AND IS_USED_LOCK(%s) = %s"
+            self._locked_claim_sql = f"{self._claim_sql} AND IS_USED_LOCK(%(lock)s) = %(session)s"
         else:
             self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = {version} {claim_where} RETURNING dateModified"
             self._locked_claim_sql = self._claim_sql
@@ -72,61 +87,73 @@ class Store:
     def _write_statement(self, attempted: bool, with_properties: bool) -> str:
         now = self.now_sql
         stamp = f"LAST_INSERT_ID({now})" if self.is_mysql else now
-        assignments = ["status = %s", "lastRequestResult = %s"]
+        assignments = ["status = %(status)s", "lastRequestResult = %(result)s"]
         if with_properties:
-            assignments.append("properties = %s")
+            assignments.append("properties = %(properties)s")
         assignments.append(f"lastRequestEpoch = {now if attempted else '0'}")
         assignments.append(f"dateModified = {stamp}")
         sql = (
-            f"UPDATE {REQUESTS} SET {', '.join(assignments)} WHERE id = %s AND status = 'queued' AND dateModified = %s"
+            f"UPDATE {REQUESTS} SET {', '.join(assignments)} "
+            "WHERE id = %(id)s AND status = 'queued' AND dateModified = %(version)s"
         )
         return sql if self.is_mysql else f"{sql} RETURNING dateModified"
 
-    def _rows(self, sql: str, params: Any) -> tuple[list[RequestRow], int | None]:
-        """Rows of `sql` (whose last column is the database clock) and that clock, None without rows."""
+    def _records(self, columns: Columns, sql: str, params: dict[str, Any] | None = None) -> list[Record]:
+        """Every row of `sql`, whose SELECT list is `columns`, by name."""
         with self._cursor() as cursor:
             cursor.execute(sql, params)
-            fetched = cursor.fetchall()
-        rows = [RequestRow.from_columns(r) for r in fetched]
-        return rows, (int(fetched[0][-1]) if fetched else None)
+            return columns.read_all(cursor.fetchall())
+
+    def _record(self, columns: Columns, sql: str, params: dict[str, Any]) -> Record | None:
+        """The first row of `sql`, whose SELECT list is `columns`, by name; None without one."""
+        with self._cursor() as cursor:
+            cursor.execute(sql, params)
+            found = cursor.fetchone()
+        return None if found is None else columns.read(found)
+
+    def _rows(self, columns: Columns, sql: str, params: dict[str, Any]) -> tuple[list[RequestRow], int | None]:
+        """Request rows of `sql` (selected as `columns`, ending with the database clock) and that clock, None
+        without rows."""
+        records = self._records(columns, sql, params)
+        rows = [RequestRow.from_record(record) for record in records]
+        return rows, (int(records[0]["now"]) if records else None)
 
     def db_now(self) -> int:
-        with self._cursor() as cursor:
-            cursor.execute(f"SELECT {self.now_sql}", ())  # with params, so '%%' becomes '%' on SQLite too
-            return int(cursor.fetchone()[0])
+        # With params, so '%%' becomes '%' on SQLite too.
+        return int(self._records(self._clock, f"SELECT {self._clock.sql}", {})[0]["now"])
 
     def max_request_id(self) -> tuple[int, int]:
         """The highest request id, and the database clock."""
-        with self._cursor() as cursor:
-            cursor.execute(f"SELECT MAX(id), {self.now_sql} FROM {REQUESTS}", ())
-            top, now = cursor.fetchone()
-        return int(top or 0), int(now)
+        columns = Columns.of(top="MAX(id)", now=self.now_sql)
+        found = self._records(columns, f"SELECT {columns.sql} FROM {REQUESTS}", {})[0]
+        return int(found["top"] or 0), int(found["now"])
 
     def scan_after(self, after_id: int, limit: int) -> tuple[list[RequestRow], int | None]:
         """Rows above `after_id` in id order (any status, no properties) + db clock."""
-        return self._rows(self._scan_sql, (after_id, limit))
+        return self._rows(self._listed, self._scan_sql, {"after": after_id, "limit": limit})
 
     def fetch(self, ids: list[int]) -> tuple[list[RequestRow], int | None]:
         """The rows with these ids, by primary key (properties only for queued rows) + db clock."""
         if not ids:
             return [], None
-        return self._rows(f"{self._fetch_sql}({', '.join(['%s'] * len(ids))})", ids)
+        params: dict[str, Any] = {}
+        for n, row_id in enumerate(ids):
+            params.update(_numbered(n, id=row_id))
+        listed = ", ".join(f"%(id{n})s" for n in range(len(ids)))
+        return self._rows(self._fetched, f"{self._fetch_sql}({listed})", params)
 
     def large_properties(self, row_id: int) -> tuple[int, str | None] | None:
         """(length in bytes, text) of one queued row's properties; the text only when the server could have
         taken it in one statement (max_allowed_packet), so never more than a client could have written.
         None when the row is no longer queued."""
-        limit = self.max_statement_bytes()
-        sql = (
-            f"SELECT LENGTH(properties), CASE WHEN LENGTH(properties) < %s THEN properties END "
-            f"FROM {REQUESTS} WHERE id = %s AND status = 'queued'"
+        columns = Columns.of(
+            length="LENGTH(properties)", properties="CASE WHEN LENGTH(properties) < %(limit)s THEN properties END"
         )
-        with self._cursor() as cursor:
-            cursor.execute(sql, (limit, row_id))
-            found = cursor.fetchone()
+        sql = f"SELECT {columns.sql} FROM {REQUESTS} WHERE id = %(id)s AND status = 'queued'"
+        found = self._record(columns, sql, {"limit": self.max_statement_bytes(), "id": row_id})
         if found is None:
             return None
-        return int(found[0]), None if found[1] is None else text(found[1])
+        return int(found["length"]), None if found["properties"] is None else text(found["properties"])
 
     def max_statement_bytes(self) -> int:
         """The server's max_allowed_packet: no INSERT of Phorge's can have carried a longer value."""
@@ -134,19 +161,22 @@ class Store:
             if not self.is_mysql:
                 self._max_packet = 1 << 30
             else:
-                with self._cursor() as cursor:
-                    cursor.execute("SELECT @@max_allowed_packet", ())
-                    self._max_packet = int(cursor.fetchone()[0])
+                columns = Columns.of(packet="@@max_allowed_packet")
+                self._max_packet = int(self._records(columns, f"SELECT {columns.sql}", {})[0]["packet"])
         return self._max_packet
 
     def in_ranges(self, ranges: Sequence[tuple[int, int]], limit: int) -> tuple[list[RequestRow], int | None]:
         """Rows whose id lies in one of the closed ranges, in id order (no properties), by primary key."""
         if not ranges:
             return [], None
-        where = " OR ".join(["id BETWEEN %s AND %s"] * len(ranges))
+        params: dict[str, Any] = {"limit": limit}
+        for n, (low, high) in enumerate(ranges):
+            params.update(_numbered(n, low=low, high=high))
+        where = " OR ".join(f"id BETWEEN %(low{n})s AND %(high{n})s" for n in range(len(ranges)))
         return self._rows(
-            f"SELECT {REQUEST_COLUMNS}, NULL, {self.now_sql} FROM {REQUESTS} WHERE {where} ORDER BY id LIMIT %s",
-            [bound for pair in ranges for bound in pair] + [limit],
+            self._listed,
+            f"SELECT {self._listed.sql} FROM {REQUESTS} WHERE {where} ORDER BY id LIMIT %(limit)s",
+            params,
         )
 
     def _union(self, branches: list[str]) -> str:
@@ -162,14 +192,18 @@ class Store:
         """
         if not cursors:
             return [], None
-        branch = (
-            f"SELECT {REQUEST_COLUMNS}, NULL, {self.now_sql} FROM {self.dialect.requests_by_result} "
-            "WHERE webhookPHID = %s AND lastRequestResult = 'none' AND lastRequestEpoch = 0 AND id > %s "
-            "AND status = 'queued' ORDER BY id LIMIT %s"
-        )
-        return self._rows(
-            self._union([branch] * len(cursors)), [v for hook, after in cursors for v in (hook, after, limit)]
-        )
+
+        def branch(n: int) -> str:
+            return (
+                f"SELECT {self._listed.sql} FROM {self.dialect.requests_by_result} "
+                f"WHERE webhookPHID = %(hook{n})s AND lastRequestResult = 'none' AND lastRequestEpoch = 0 "
+                f"AND id > %(after{n})s AND status = 'queued' ORDER BY id LIMIT %(limit)s"
+            )
+
+        params: dict[str, Any] = {"limit": limit}
+        for n, (hook, after) in enumerate(cursors):
+            params.update(_numbered(n, hook=hook, after=after))
+        return self._rows(self._listed, self._union([branch(n) for n in range(len(cursors))]), params)
 
     def retries(
         self, cursors: Sequence[tuple[str, int, int]], cutoff: int, limit: int
@@ -178,51 +212,54 @@ class Store:
         hook's cursor (epoch, id), in the order they become due (key_ratelimit order)."""
         if not cursors:
             return [], None
-        branch = (
-            f"SELECT {REQUEST_COLUMNS}, NULL, {self.now_sql} FROM {self.dialect.requests_by_result} "
-            "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch <= %s "
-            "AND (lastRequestEpoch > %s OR (lastRequestEpoch = %s AND id > %s)) AND status = 'queued' "
-            "ORDER BY lastRequestEpoch, id LIMIT %s"
-        )
-        params = [v for hook, epoch, after in cursors for v in (hook, cutoff, epoch, epoch, after, limit)]
-        return self._rows(self._union([branch] * len(cursors)), params)
+
+        def branch(n: int) -> str:
+            return (
+                f"SELECT {self._listed.sql} FROM {self.dialect.requests_by_result} "
+                f"WHERE webhookPHID = %(hook{n})s AND lastRequestResult = 'fail' AND lastRequestEpoch <= %(cutoff)s "
+                f"AND (lastRequestEpoch > %(epoch{n})s OR (lastRequestEpoch = %(epoch{n})s AND id > %(after{n})s)) "
+                "AND status = 'queued' ORDER BY lastRequestEpoch, id LIMIT %(limit)s"
+            )
+
+        params: dict[str, Any] = {"cutoff": cutoff, "limit": limit}
+        for n, (hook, epoch, after) in enumerate(cursors):
+            params.update(_numbered(n, hook=hook, epoch=epoch, after=after))
+        return self._rows(self._listed, self._union([branch(n) for n in range(len(cursors))]), params)
 
     def next_failures(self, hooks: Sequence[str], after_epoch: int) -> dict[str, int]:
         """Per hook, the earliest failed attempt after `after_epoch` (any status: one index dive each)."""
         if not hooks:
             return {}
-        branch = (
-            f"SELECT webhookPHID, MIN(lastRequestEpoch) FROM {self.dialect.requests_by_result} "
-            "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch > %s GROUP BY webhookPHID"
-        )
-        with self._cursor() as cursor:
-            cursor.execute(self._union([branch] * len(hooks)), [v for hook in hooks for v in (hook, after_epoch)])
-            return {text(phid): int(epoch) for phid, epoch in cursor.fetchall() if epoch is not None}
+        columns = REQUEST_HOOKS.plus(first="MIN(lastRequestEpoch)")
+
+        def branch(n: int) -> str:
+            return (
+                f"SELECT {columns.sql} FROM {self.dialect.requests_by_result} WHERE webhookPHID = %(hook{n})s "
+                "AND lastRequestResult = 'fail' AND lastRequestEpoch > %(after)s GROUP BY webhookPHID"
+            )
+
+        params: dict[str, Any] = {"after": after_epoch}
+        for n, hook in enumerate(hooks):
+            params.update(_numbered(n, hook=hook))
+        found = self._records(columns, self._union([branch(n) for n in range(len(hooks))]), params)
+        return {text(r["webhookPHID"]): int(r["first"]) for r in found if r["first"] is not None}
 
     def hook_phids(self) -> list[str]:
         """Every hook Phorge lists (herald_webhook is small: one row per configured hook)."""
-        with self._cursor() as cursor:
-            cursor.execute(f"SELECT phid FROM {HOOKS}")
-            return [text(phid) for (phid,) in cursor.fetchall()]
+        return [text(r["phid"]) for r in self._records(PHIDS, f"SELECT {PHIDS.sql} FROM {HOOKS}")]
 
     def request_hooks_after(self, after: str, limit: int) -> list[str]:
         """Distinct webhookPHIDs of the request table above `after`, by a loose scan of key_ratelimit
         (one index dive per hook): finds requests whose hook is no longer in herald_webhook."""
         sql = (
-            f"SELECT DISTINCT webhookPHID FROM {self.dialect.requests_by_result} WHERE webhookPHID > %s "
-            "ORDER BY webhookPHID LIMIT %s"
+            f"SELECT DISTINCT {REQUEST_HOOKS.sql} FROM {self.dialect.requests_by_result} "
+            "WHERE webhookPHID > %(after)s ORDER BY webhookPHID LIMIT %(limit)s"
         )
-        with self._cursor() as cursor:
-            cursor.execute(sql, (after, limit))
-            return [text(phid) for (phid,) in cursor.fetchall()]
+        return [text(r["webhookPHID"]) for r in self._records(REQUEST_HOOKS, sql, {"after": after, "limit": limit})]
 
     def hooks(self) -> dict[str, Hook]:
-        with self._cursor() as cursor:
-            cursor.execute(f"SELECT phid, name, status, webhookURI, hmacKey FROM {HOOKS}")
-            return {
-                text(phid): Hook(text(phid), text(name), text(status), text(uri), text(key))
-                for phid, name, status, uri, key in cursor.fetchall()
-            }
+        found = self._records(HOOK_SELECT, f"SELECT {HOOK_SELECT.sql} FROM {HOOKS}")
+        return {hook.phid: hook for hook in map(Hook.from_record, found)}
 
     def claim(
         self, row: RequestRow, *, lease: int, retry_backoff: int, lock: tuple[str, int] | None = None
@@ -232,10 +269,11 @@ class Store:
         With `lock` (name, session id) the claim also requires that session to hold the hook's named lock
         right now.
         """
-        params: tuple[Any, ...] = (row.id, row.date_modified, retry_backoff, lease)
+        params: dict[str, Any] = {"id": row.id, "version": row.date_modified, "retry": retry_backoff, "lease": lease}
         sql = self._claim_sql
         if lock is not None and self.is_mysql:
-            sql, params = self._locked_claim_sql, (*params, *lock)
+            sql = self._locked_claim_sql
+            params["lock"], params["session"] = lock
         return self._guarded_update(sql, params)
 
     def write_outcome(
@@ -247,14 +285,12 @@ class Store:
         the same clock reading, which is how is_due() recognises a row that is not under a claim.
         """
         sql = self._write_sql[(attempted, properties is not None)]
-        params = (
-            (status, result, properties, row_id, version)
-            if properties is not None
-            else (status, result, row_id, version)
-        )
+        params: dict[str, Any] = {"status": status, "result": result, "id": row_id, "version": version}
+        if properties is not None:
+            params["properties"] = properties
         return self._guarded_update(sql, params)
 
-    def _guarded_update(self, sql: str, params: tuple[Any, ...]) -> int | None:
+    def _guarded_update(self, sql: str, params: dict[str, Any]) -> int | None:
         """Run a one-row compare-and-set UPDATE; the dateModified it set, or None when no row matched.
 
         MySQL hands the value back through LAST_INSERT_ID(expr), SQLite through RETURNING: one round trip.
@@ -264,7 +300,7 @@ class Store:
             if self.is_mysql:
                 return int(cursor.lastrowid) if cursor.rowcount == 1 else None
             row = cursor.fetchone()
-            return None if row is None else int(row[0])
+            return None if row is None else int(RETURNED.read(row)["dateModified"])
 
     def failed_attempts(
         self, hook_phid: str, *, since: int, until: int, after: tuple[int, int], limit: int
@@ -272,13 +308,14 @@ class Store:
         """A hook's failed requests whose last attempt failed in [since, until], after the (epoch, id) cursor,
         with their properties: key_ratelimit's `fail` range, in its order."""
         sql = (
-            f"SELECT {REQUEST_COLUMNS}, properties, {self.now_sql} FROM {self.dialect.requests_by_result} "
-            "WHERE webhookPHID = %s AND lastRequestResult = 'fail' AND lastRequestEpoch BETWEEN %s AND %s "
-            "AND (lastRequestEpoch > %s OR (lastRequestEpoch = %s AND id > %s)) AND status = 'failed' "
-            "ORDER BY lastRequestEpoch, id LIMIT %s"
+            f"SELECT {self._with_properties.sql} FROM {self.dialect.requests_by_result} "
+            "WHERE webhookPHID = %(hook)s AND lastRequestResult = 'fail' AND lastRequestEpoch BETWEEN %(since)s "
+            "AND %(until)s AND (lastRequestEpoch > %(epoch)s OR (lastRequestEpoch = %(epoch)s AND id > %(after)s)) "
+            "AND status = 'failed' ORDER BY lastRequestEpoch, id LIMIT %(limit)s"
         )
         epoch, after_id = after
-        return self._rows(sql, (hook_phid, since, until, epoch, epoch, after_id, limit))[0]
+        params = {"hook": hook_phid, "since": since, "until": until, "epoch": epoch, "after": after_id, "limit": limit}
+        return self._rows(self._with_properties, sql, params)[0]
 
     def failed_unattempted(
         self, hook_phid: str, *, since: int, until: int, after_id: int, limit: int
@@ -286,34 +323,35 @@ class Store:
         """A hook's requests failed without an attempt (hook errors, unreadable rows: `none`, epoch 0) whose
         failure was written (dateModified) in [since, until], above `after_id`, with their properties."""
         sql = (
-            f"SELECT {REQUEST_COLUMNS}, properties, {self.now_sql} FROM {self.dialect.requests_by_result} "
-            "WHERE webhookPHID = %s AND lastRequestResult = 'none' AND lastRequestEpoch = 0 AND id > %s "
-            "AND status = 'failed' AND dateModified BETWEEN %s AND %s ORDER BY id LIMIT %s"
+            f"SELECT {self._with_properties.sql} FROM {self.dialect.requests_by_result} "
+            "WHERE webhookPHID = %(hook)s AND lastRequestResult = 'none' AND lastRequestEpoch = 0 AND id > %(after)s "
+            "AND status = 'failed' AND dateModified BETWEEN %(since)s AND %(until)s ORDER BY id LIMIT %(limit)s"
         )
-        return self._rows(sql, (hook_phid, after_id, since, until, limit))[0]
+        params = {"hook": hook_phid, "after": after_id, "since": since, "until": until, "limit": limit}
+        return self._rows(self._with_properties, sql, params)[0]
 
     def requeue(self, row: RequestRow) -> bool:
         """Put a failed request back as Phorge queued it (`queued`, `none`, epoch 0, dateModified =
         dateCreated: due at once), if it is still exactly as read. Properties are left as they are."""
         sql = (
             f"UPDATE {REQUESTS} SET status = 'queued', lastRequestResult = 'none', lastRequestEpoch = 0, "
-            "dateModified = dateCreated WHERE id = %s AND status = 'failed' AND lastRequestResult = %s "
-            "AND lastRequestEpoch = %s AND dateModified = %s"
+            "dateModified = dateCreated WHERE id = %(id)s AND status = 'failed' AND lastRequestResult = %(result)s "
+            "AND lastRequestEpoch = %(epoch)s AND dateModified = %(version)s"
         )
+        params = {"id": row.id, "result": row.last_result, "epoch": row.last_epoch, "version": row.date_modified}
         with self._cursor() as cursor:
-            cursor.execute(sql, (row.id, row.last_result, row.last_epoch, row.date_modified))
+            cursor.execute(sql, params)
             return bool(cursor.rowcount == 1)
 
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
         """Epochs of this hook's failed attempts inside the breaker window, newest first (key_ratelimit)."""
-        failed = self.dialect.breaker_failure_sql(f"{self.now_sql} - %s")
+        failed = self.dialect.breaker_failure_sql(f"{self.now_sql} - %(window)s")
         sql = (
-            f"SELECT lastRequestEpoch FROM {REQUESTS} WHERE webhookPHID = %s AND {failed} "
-            "ORDER BY lastRequestEpoch DESC LIMIT %s"
+            f"SELECT {EPOCHS.sql} FROM {REQUESTS} WHERE webhookPHID = %(hook)s AND {failed} "
+            "ORDER BY lastRequestEpoch DESC LIMIT %(limit)s"
         )
-        with self._cursor() as cursor:
-            cursor.execute(sql, (hook_phid, window, limit))
-            return [int(r[0]) for r in cursor.fetchall()]
+        found = self._records(EPOCHS, sql, {"hook": hook_phid, "window": window, "limit": limit})
+        return [int(r["lastRequestEpoch"]) for r in found]
 
     def close(self) -> None:
         self.connection.close()

@@ -19,6 +19,7 @@ import ssl
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urljoin
 
@@ -40,7 +41,7 @@ from .netguard import (
     parse_target,
     resolve_allowed,
 )
-from .outcomes import HttpOutcome
+from .outcomes import CurlError, HttpOutcome
 from .payload import SIGNATURE_HEADER
 
 # Real deliveries by Phorge's daemons carry this agent (libcurl 7.88.1 is Debian 12's); some receivers
@@ -49,31 +50,40 @@ USER_AGENT = "Arcanist/1.0 cURL/7.88.1"
 MAX_REDIRECTS = 20
 READ_CHUNK = 64 * 1024
 
-CURLE_UNSUPPORTED_PROTOCOL = 1
-CURLE_COULDNT_RESOLVE_HOST = 6
-CURLE_COULDNT_CONNECT = 7
-CURLE_PARTIAL_FILE = 18
-CURLE_OPERATION_TIMEDOUT = 28
-CURLE_SSL_CONNECT_ERROR = 35
-CURLE_TOO_MANY_REDIRECTS = 47
-CURLE_GOT_NOTHING = 52
-CURLE_RECV_ERROR = 56
-CURLE_PEER_FAILED_VERIFICATION = 60
+
+@dataclass(frozen=True)
+class Deadline:
+    """When one attempt must be over, on time.monotonic(): the dispatcher makes it, and everything of the
+    attempt counts against it (the lookups before the request, URI checks, name resolution, connect, send,
+    every redirect, the whole answer)."""
+
+    at: float
+
+    @classmethod
+    def after(cls, timeout: float, *, started: float | None = None) -> Deadline:
+        """`timeout` after `started` (the claim), by default after now."""
+        return cls((time.monotonic() if started is None else started) + timeout)
+
+    def remaining(self) -> float:
+        """The seconds left; TimeoutError once there are none."""
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("delivery deadline reached")
+        return left
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
 
 
-class _Attempt(threading.local):
-    deadline: float = 0.0
-    addresses: tuple[str, ...] = ()
+@dataclass(frozen=True)
+class _Hop:
+    """One request of an attempt: its deadline, and the checked addresses to connect to in turn, like curl."""
+
+    deadline: Deadline
+    addresses: tuple[str, ...]
 
 
-_attempt = _Attempt()
-
-
-def _remaining() -> float:
-    left = _attempt.deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError("delivery deadline reached")
-    return left
+_NO_HOP = _Hop(Deadline(0.0), ())  # outside an attempt: every socket operation times out at once
 
 
 if TYPE_CHECKING:
@@ -83,22 +93,25 @@ else:
 
 
 class _DeadlineIO(_SocketBase):
-    """Every read and write of a socket gets only the time left in the attempt."""
+    """Every read and write of a socket gets only the time left in the attempt that uses it now (a
+    keep-alive socket serves one attempt after another: its connection hands it each one's deadline)."""
+
+    deadline: Deadline = _NO_HOP.deadline
 
     def recv_into(self, *args: Any, **kwargs: Any) -> int:
-        self.settimeout(_remaining())
+        self.settimeout(self.deadline.remaining())
         return super().recv_into(*args, **kwargs)
 
     def recv(self, *args: Any, **kwargs: Any) -> bytes:
-        self.settimeout(_remaining())
+        self.settimeout(self.deadline.remaining())
         return super().recv(*args, **kwargs)
 
     def sendall(self, *args: Any, **kwargs: Any) -> None:
-        self.settimeout(_remaining())
+        self.settimeout(self.deadline.remaining())
         super().sendall(*args, **kwargs)
 
     def send(self, *args: Any, **kwargs: Any) -> int:
-        self.settimeout(_remaining())
+        self.settimeout(self.deadline.remaining())
         return super().send(*args, **kwargs)
 
 
@@ -119,19 +132,37 @@ def _tls_context() -> ssl.SSLContext:
 _TLS_CONTEXT = _tls_context()
 
 
-class _PinnedConnectionMixin:
-    host: str
-    port: int
+if TYPE_CHECKING:
+    _ConnectionBase = HTTPConnection
+    _PoolBase = HTTPConnectionPool
+else:
+    _ConnectionBase = _PoolBase = object  # mixins at run time, like _SocketBase
+
+
+class _PinnedConnectionMixin(_ConnectionBase):
+    hop: _Hop = _NO_HOP
+
+    def use(self, hop: _Hop) -> None:
+        """The hop this connection serves now (set by its pool before each request)."""
+        self.hop = hop
+        if isinstance(self.sock, _DeadlineIO):
+            self.sock.deadline = hop.deadline
+
+    def connect(self) -> None:
+        super().connect()
+        if isinstance(self.sock, _DeadlineIO):  # the TLS socket is a new object: it needs the deadline too
+            self.sock.deadline = self.hop.deadline
 
     def _new_conn(self) -> socket.socket:
-        addresses = _attempt.addresses or (self.host.strip("[]"),)
+        addresses = self.hop.addresses or (self.host.strip("[]"),)
         last_error: OSError | None = None
         for address in addresses:
             family = socket.AF_INET6 if ":" in address else socket.AF_INET
             sock = _DeadlineSocket(family, socket.SOCK_STREAM)
+            sock.deadline = self.hop.deadline
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.settimeout(_remaining())
+                sock.settimeout(self.hop.deadline.remaining())
                 sock.connect((address, self.port))
                 return sock
             except TimeoutError as exc:
@@ -151,11 +182,32 @@ class _HTTPSConnection(_PinnedConnectionMixin, HTTPSConnection):
     pass
 
 
-class _HTTPPool(HTTPConnectionPool):
+class _HopTimeout(urllib3.Timeout):
+    """urllib3's timeout for one hop, carrying the hop: the one value urlopen() hands on to the pooled
+    connection it picks (see _HopPoolMixin)."""
+
+    def __init__(self, hop: _Hop, left: float) -> None:
+        super().__init__(connect=left, read=left)
+        self.hop = hop
+        self.left = left
+
+    def clone(self) -> _HopTimeout:
+        return _HopTimeout(self.hop, self.left)
+
+
+class _HopPoolMixin(_PoolBase):
+    def _make_request(self, conn: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        timeout = kwargs.get("timeout")
+        if isinstance(timeout, _HopTimeout) and isinstance(conn, _PinnedConnectionMixin):
+            conn.use(timeout.hop)
+        return super()._make_request(conn, method, url, *args, **kwargs)
+
+
+class _HTTPPool(_HopPoolMixin, HTTPConnectionPool):
     ConnectionCls = _HTTPConnection
 
 
-class _HTTPSPool(HTTPSConnectionPool):
+class _HTTPSPool(_HopPoolMixin, HTTPSConnectionPool):
     ConnectionCls = _HTTPSConnection
 
 
@@ -230,26 +282,26 @@ def classify(exc: BaseException) -> HttpOutcome:
     if has(TimeoutError, ResolveTimeout, urllib3.exceptions.ReadTimeoutError) or (
         has(urllib3.exceptions.ConnectTimeoutError) and not has(NewConnectionError)
     ):
-        return HttpOutcome("timeout", CURLE_OPERATION_TIMEDOUT)
+        return HttpOutcome("timeout", CurlError.OPERATION_TIMEDOUT.number)
     if has(TemporaryDNSFailure):
-        return HttpOutcome("http", CURLE_COULDNT_RESOLVE_HOST)
+        return HttpOutcome("http", CurlError.COULDNT_RESOLVE_HOST.number)
     if has(ssl.SSLCertVerificationError, ssl.CertificateError, HostnameMismatch):
-        return HttpOutcome("http", CURLE_PEER_FAILED_VERIFICATION)
+        return HttpOutcome("http", CurlError.PEER_FAILED_VERIFICATION.number)
     if has(ssl.SSLError):
-        return HttpOutcome("http", CURLE_SSL_CONNECT_ERROR)
+        return HttpOutcome("http", CurlError.SSL_CONNECT_ERROR.number)
     if has(ConnectionRefusedError, NewConnectionError):
-        return HttpOutcome("http", CURLE_COULDNT_CONNECT)
+        return HttpOutcome("http", CurlError.COULDNT_CONNECT.number)
     if any(isinstance(e, OSError) and e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) for e in chain):
-        return HttpOutcome("http", CURLE_COULDNT_CONNECT)
+        return HttpOutcome("http", CurlError.COULDNT_CONNECT.number)
     if has(http.client.RemoteDisconnected):
-        return HttpOutcome("http", CURLE_GOT_NOTHING)
+        return HttpOutcome("http", CurlError.GOT_NOTHING.number)
     if has(http.client.IncompleteRead, urllib3.exceptions.IncompleteRead):
-        return HttpOutcome("http", CURLE_PARTIAL_FILE)
+        return HttpOutcome("http", CurlError.PARTIAL_FILE.number)
     if has(ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
-        return HttpOutcome("http", CURLE_RECV_ERROR)
+        return HttpOutcome("http", CurlError.RECV_ERROR.number)
     if has(http.client.HTTPException):  # not HTTP, or headers beyond http.client's limits
-        return HttpOutcome("http", CURLE_UNSUPPORTED_PROTOCOL)
-    return HttpOutcome("http", CURLE_RECV_ERROR)
+        return HttpOutcome("http", CurlError.UNSUPPORTED_PROTOCOL.number)
+    return HttpOutcome("http", CurlError.RECV_ERROR.number)
 
 
 def _headers(
@@ -274,8 +326,8 @@ def _headers(
     return headers
 
 
-def _send_once(target: Target, address: IPAddress, headers: dict[str, str], body: bytes | None) -> Any:
-    left = _remaining()
+def _send_once(target: Target, address: IPAddress, hop: _Hop, headers: dict[str, str], body: bytes | None) -> Any:
+    left = hop.deadline.remaining()
     return (
         _adapter()
         .pool(target, address)
@@ -289,7 +341,7 @@ def _send_once(target: Target, address: IPAddress, headers: dict[str, str], body
             assert_same_host=False,
             preload_content=False,
             decode_content=False,
-            timeout=urllib3.Timeout(connect=left, read=left),
+            timeout=_HopTimeout(hop, left),
         )
     )
 
@@ -305,17 +357,13 @@ def _drain(raw: Any, keep: int) -> tuple[int, bytes]:
     return size, kept
 
 
-def start_attempt(timeout: float, *, started: float | None = None) -> None:
-    """Set the attempt's deadline: `timeout` after `started` (the claim, by default now). Everything
-    from there counts against it: the lookups before the request, the URI checks, name resolution."""
-    _attempt.deadline = (time.monotonic() if started is None else started) + timeout
-
-
-def check_uri(uri: str, blacklist: Sequence[IPNetwork], resolver: Resolver) -> tuple[Target, tuple[IPAddress, ...]]:
+def check_uri(
+    uri: str, blacklist: Sequence[IPNetwork], resolver: Resolver, deadline: Deadline
+) -> tuple[Target, tuple[IPAddress, ...]]:
     """Phorge's URI validation for one hop: the target and its checked addresses, in the order to try
-    them. Raises InvalidURI, TemporaryDNSFailure or ResolveTimeout."""
+    them. Raises InvalidURI, TemporaryDNSFailure, ResolveTimeout or (no time left) TimeoutError."""
     target = parse_target(uri)
-    return target, resolve_allowed(target, blacklist, resolver, _remaining())
+    return target, resolve_allowed(target, blacklist, resolver, deadline.remaining())
 
 
 def post(
@@ -326,10 +374,11 @@ def post(
     first_hop: tuple[Target, tuple[IPAddress, ...]],
     blacklist: Sequence[IPNetwork],
     resolver: Resolver,
+    deadline: Deadline,
     keep_body: int = 0,
     extra_headers: Sequence[tuple[str, str]] = (),
 ) -> HttpOutcome:
-    """POST `body` as Phorge does, within the deadline set by start_attempt; with `keep_body`, the final
+    """POST `body` as Phorge does, within `deadline`; with `keep_body`, the final
     answer's first bytes come back too (for the attempt log, when asked for). `extra_headers` (none unless
     the administrator asks for the delivery id) follow Phorge's headers, on every hop.
 
@@ -341,9 +390,10 @@ def post(
         target, addresses = first_hop
         for hop in range(MAX_REDIRECTS + 1):
             if hop:
-                target, addresses = check_uri(current_uri, blacklist, resolver)
-            _attempt.addresses = tuple(str(address) for address in addresses)  # tried in turn, like curl
-            response = _send_once(target, addresses[0], _headers(target, signature, payload, extra_headers), payload)
+                target, addresses = check_uri(current_uri, blacklist, resolver, deadline)
+            pinned = _Hop(deadline, tuple(str(address) for address in addresses))
+            headers = _headers(target, signature, payload, extra_headers)
+            response = _send_once(target, addresses[0], pinned, headers, payload)
             try:
                 size, kept = _drain(response, keep_body)
             except BaseException:
@@ -357,21 +407,15 @@ def post(
             current_uri = urljoin(current_uri, location.strip())
             if status in (301, 302, 303):
                 payload = None
-        return HttpOutcome("http", CURLE_TOO_MANY_REDIRECTS, redirects=MAX_REDIRECTS + 1)
+        return HttpOutcome("http", CurlError.TOO_MANY_REDIRECTS.number, redirects=MAX_REDIRECTS + 1)
     except InvalidURI:
         raise
     except Exception as exc:  # noqa: BLE001 - every transport failure becomes a PHP-style outcome
-        return failure(exc)
-    finally:
-        end_attempt()
+        return failure(exc, deadline)
 
 
-def failure(exc: BaseException) -> HttpOutcome:
-    if time.monotonic() >= _attempt.deadline:
-        return HttpOutcome("timeout", CURLE_OPERATION_TIMEDOUT)
+def failure(exc: BaseException, deadline: Deadline) -> HttpOutcome:
+    """The outcome of a failed attempt: a timeout whenever its deadline has passed, else as classify()."""
+    if deadline.passed():
+        return HttpOutcome("timeout", CurlError.OPERATION_TIMEDOUT.number)
     return classify(exc)
-
-
-def end_attempt() -> None:
-    _attempt.deadline = 0.0
-    _attempt.addresses = ()

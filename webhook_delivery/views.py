@@ -1,5 +1,6 @@
 """Thin views: the staff dashboard, the hook and request pages, the probes and the web metrics. Every read
-is in selectors.py (Phorge's tables, the heartbeats) or history.py (the attempt log)."""
+is in selectors.py (Phorge's tables), phorge_status.py (Phorge's settings and PHP worker),
+status/heartbeat.py (the heartbeats) or history.py (the attempt log); dashboard.py composes the dashboard."""
 
 from __future__ import annotations
 
@@ -15,14 +16,18 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from . import history, selectors
+from . import history, phorge_status, selectors
 from .access import view_required
 from .alerts import selectors as alert_selectors
+from .dashboard import dashboard as read_dashboard
+from .phorge_config import REQUEST_RETENTION_SEC
 from .status import holds
+from .status.heartbeat import WORKER_ALIVE_SEC
 from .web_metrics import REGISTRY
 
 logger = logging.getLogger(__name__)
 REFRESH_SEC = 30
+UNAVAILABLE_REFRESH_SEC = 15
 
 
 def _context(request: HttpRequest) -> dict[str, Any]:
@@ -31,14 +36,15 @@ def _context(request: HttpRequest) -> dict[str, Any]:
 
 def _unavailable(request: HttpRequest, page: str, exc: DatabaseError) -> HttpResponse:
     logger.warning(f"{page}: Phorge's herald database unavailable", extra={"error": type(exc).__name__})
-    return render(request, "webhook_delivery/unavailable.html", _context(request), status=503)
+    context = {**_context(request), "refresh_sec": UNAVAILABLE_REFRESH_SEC}
+    return render(request, "webhook_delivery/unavailable.html", context, status=503)
 
 
 @view_required
 @never_cache
 def dashboard(request: HttpRequest) -> HttpResponse:
     try:
-        board = selectors.dashboard(settings.GORGE_WEBHOOK)
+        board = read_dashboard(settings.GORGE_WEBHOOK)
     except DatabaseError as exc:
         return _unavailable(request, "dashboard", exc)
     context = {
@@ -46,6 +52,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "board": board,
         "health": board.health,
         "refresh_sec": REFRESH_SEC,
+        "worker_alive_sec": WORKER_ALIVE_SEC,
+        "request_retention_sec": REQUEST_RETENTION_SEC,
         **_operator_state(),
     }
     return render(request, "webhook_delivery/dashboard.html", context)
@@ -77,7 +85,7 @@ def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
     config = settings.GORGE_WEBHOOK
     try:
         health = selectors.queue_health(config, only=[phid])
-        base = selectors.phorge_base_uri()
+        base = phorge_status.phorge_base_uri()
     except DatabaseError as exc:
         return _unavailable(request, "hook page", exc)
     past = history.hook_history(phid)
@@ -103,7 +111,7 @@ def request_page(request: HttpRequest, phid: str) -> HttpResponse:
     """One request: its row as Phorge holds it, and each attempt on record as a timeline."""
     try:
         row = selectors.request_detail(phid)
-        base = selectors.phorge_base_uri()
+        base = phorge_status.phorge_base_uri()
     except DatabaseError as exc:
         return _unavailable(request, "request page", exc)
     attempts = history.request_attempts(phid)
@@ -120,6 +128,7 @@ def request_page(request: HttpRequest, phid: str) -> HttpResponse:
         "hook_phid": row.row.webhook_phid if row else attempts[0].hook_phid,
         "phorge_uri": base,
         "retention": config,
+        "request_retention_sec": REQUEST_RETENTION_SEC,
     }
     return render(request, "webhook_delivery/request.html", context)
 
@@ -147,16 +156,16 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @never_cache
 def readyz(request: HttpRequest) -> JsonResponse:
     try:
-        selectors.phorge_database_answers()
+        phorge_status.phorge_database_answers()
     except DatabaseError as exc:
         logger.warning("readiness: Phorge's herald database unavailable", extra={"error": type(exc).__name__})
         return JsonResponse({"status": "unavailable", "reason": "phorge database unreachable"}, status=503)
-    resolved = selectors.phorge_settings()
+    resolved = phorge_status.phorge_settings()
     paused = None if resolved is None else resolved.paused_reason()
     if paused is not None:
         return JsonResponse({"status": "unavailable", "reason": paused}, status=503)
     body = {"status": "ok"}
-    if selectors.php_delivery_state()["state"] == "active":
+    if phorge_status.php_delivery_state().state == "active":
         body["warning"] = "phorge's php webhook worker is also delivering"
     return JsonResponse(body)
 

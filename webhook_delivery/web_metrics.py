@@ -16,8 +16,9 @@ from django.db import DatabaseError
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from . import selectors
+from . import phorge_status, selectors
 from .alerts import metrics as alert_metrics
+from .status import heartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -83,13 +84,13 @@ class QueueCollector:
                 value=health.hooks_misconfigured,
             )
         try:
-            alive = sum(1 for worker in selectors.workers() if worker.alive)
+            alive = sum(1 for worker in heartbeat.workers() if worker.alive)
         except DatabaseError:
             pass
         else:
             yield GaugeMetricFamily(
                 "gorge_webhook_workers_alive",
-                f"deliver_webhooks processes with a heartbeat in the last {selectors.WORKER_ALIVE_SEC} s.",
+                f"deliver_webhooks processes with a heartbeat in the last {heartbeat.WORKER_ALIVE_SEC} s.",
                 value=alive,
             )
         php = GaugeMetricFamily(
@@ -97,7 +98,7 @@ class QueueCollector:
             "1 for the current state of Phorge's own PHP webhook worker (active means two deliverers).",
             labels=["state"],
         )
-        current = selectors.php_delivery_state()["state"]
+        current = phorge_status.php_delivery_state().state
         for state in ("idle", "active", "recent", "unknown"):
             php.add_metric([state], 1 if state == current else 0)
         yield php

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -62,6 +62,23 @@ class QueueSource(Protocol):
     def hook_phids(self) -> list[str]: ...
 
     def request_hooks_after(self, after: str, limit: int) -> list[str]: ...
+
+
+@dataclass
+class Settlement:
+    """What became of the rows `QueueWindow.take` handed out to one job, built up by the job and given back
+    in one `QueueWindow.settle` call: `done` are no longer queued, `retried` (id, epoch written) wait out
+    their retry backoff, `fresh` are newer snapshots, `claimed` are under a claim of ours whose outcome was
+    not written (they wait out the lease), `deferred` (id, db time) are left alone until then; the others
+    are as they were."""
+
+    hook_phid: str
+    rows: Sequence[RequestRow]
+    done: list[int] = field(default_factory=list)
+    retried: list[tuple[int, int]] = field(default_factory=list)
+    fresh: list[RequestRow] = field(default_factory=list)  # the window keeps no properties text
+    claimed: list[int] = field(default_factory=list)
+    deferred: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _untried(row: RequestRow) -> bool:
@@ -423,35 +440,24 @@ class QueueWindow:
         hook.out.update(ids)
         return [hook.held[row_id] for row_id in ids]
 
-    def settle(
-        self,
-        phid: str,
-        rows: Iterable[RequestRow],
-        *,
-        done: Iterable[int] = (),
-        retried: Iterable[tuple[int, int]] = (),
-        fresh: Iterable[RequestRow] = (),
-        claimed: Iterable[int] = (),
-        deferred: Iterable[tuple[int, int]] = (),
-    ) -> None:
-        """Take back the rows `take` handed out: `done` are no longer queued, `retried` (id, epoch written)
-        wait out their retry backoff, `fresh` are newer snapshots, `claimed` are under a claim of ours
-        whose outcome was not written (they wait out the lease), `deferred` (id, db time) are left alone
-        until then; the others are as they were."""
+    def settle(self, settlement: Settlement) -> None:
+        """Take back the rows `take` handed out to one job, as the Settlement says became of them."""
+        phid = settlement.hook_phid
         hook = self.hooks[phid]
         now = self.estimated_now()
-        for row_id, until in [*((row_id, now + self.lease) for row_id in claimed), *deferred]:
+        claimed = ((row_id, now + self.lease) for row_id in settlement.claimed)
+        for row_id, until in [*claimed, *settlement.deferred]:
             if row_id in hook.out:
                 hook.out.discard(row_id)
                 heapq.heappush(hook.waiting, (until, row_id))
                 self._waiting_hooks.add(phid)
-        for row_id in done:
+        for row_id in settlement.done:
             self._drop(hook, row_id)
-        for row_id, epoch in retried:
+        for row_id, epoch in settlement.retried:
             self._drop(hook, row_id)
             self._retry_at(hook, epoch + self.retry_backoff)
-        newer = {row.id: row for row in fresh}
-        for row in rows:
+        newer = {row.id: row for row in settlement.fresh}
+        for row in settlement.rows:
             if row.id not in hook.out:
                 continue
             hook.out.discard(row.id)

@@ -1,9 +1,9 @@
 """The main loop behind `manage.py deliver_webhooks`: poll, schedule, signals, heartbeat.
 
-The main thread reads the queue window (window.QueueWindow), picks hooks with due rows and hands each to
-a delivery thread as a job (job.JobRunner: lock, breaker, claim, deliver, write). One job per hook at a
-time; hooks that are busy, in backoff or misconfigured never hold back the others, and capacity is shared
-out by lanes (Lanes) so that hooks whose receivers fail or hang cannot take it all.
+The main thread reads the queue window (window.QueueWindow), picks hooks with due rows as the scheduler
+allows (scheduling.Scheduler: one job per hook, capacity shared out by lanes) and hands each to a delivery
+thread as a job (job.JobRunner: lock, breaker, claim, deliver, write). A job's result is given back in one
+piece: its Settlement to the window, the rest to the scheduler.
 
 Connections to Phorge's database: the main thread's own, the lock session, and the session pool that the
 delivery threads borrow from one statement at a time: `db_pool_size + 2`, however many deliveries are in
@@ -17,7 +17,6 @@ import os
 import signal
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from types import FrameType
@@ -28,13 +27,17 @@ from . import metrics
 from .attempts import AttemptLog
 from .config import PHORGE_ALIAS, DeliveryConfig
 from .dispatcher import Dispatcher
-from .herald import Hook, RequestResult
-from .job import Counters, Job, JobResult, JobRunner, Lane
+from .herald import Hook
+from .job import Job, JobResult, JobRunner
 from .memory import limit_malloc_arenas
+from .metrics import Counters
 from .phorge_config import PhorgeSettings
-from .phorge_lookups import PhorgeObjects, PhpWorkerGuard
+from .phorge_objects import PhorgeObjects
+from .php_guard import PhpWorkerGuard
+from .php_watch import PhpWatch
+from .scheduling import Scheduler
 from .sessions import LockSession, SessionPool, close_quietly
-from .state import PhpDeliveryState, WorkerState
+from .state import WorkerState
 from .status.heartbeat import Heartbeat
 from .status.holds import HeldHooks
 from .status.notices import RequeueNotices
@@ -46,65 +49,11 @@ logger = logging.getLogger(__name__)
 ROWS_PER_JOB = 32
 HEARTBEAT_SEC = 5.0
 HOOKS_RELOAD_SEC = 1.0
-LOCK_BUSY_SKIP_SEC = 1.0
 LOCK_CHECK_SEC = 1.0
 DB_RETRY_MAX_SEC = 30.0
 PAUSED_REPEAT_SEC = 300.0
 QUICK_POLL_SEC = 0.02  # the poll period while requests keep arriving
 QUICK_FOR_SEC = 2.0  # how long after the last arrival the poll stays quick
-
-
-class Lanes:
-    """In-flight capacity shared out by what each hook's last attempt did.
-
-    Hooks whose last attempt failed or timed out get at most a quarter of it and take turns, least
-    recently tried first; with hooks this process has not heard from yet they get at most three quarters.
-    So hooks that answer always find a quarter free, however many receivers hang, and a hook that answers
-    for the first time is only ever behind hooks that were new at the same moment.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.failing_limit = max(1, capacity // 4)
-        self.unproven_limit = max(1, capacity - capacity // 4)
-        self.running: Counter[Lane] = Counter()
-        self.answering: dict[str, bool] = {}
-        self.last_turn: dict[str, float] = {}
-
-    def lane(self, hook_phid: str, last_result: str) -> Lane:
-        known = self.answering.get(hook_phid)
-        if known is None:
-            # After a restart, a row that failed last time says how its hook was doing.
-            return Lane.FAILING if last_result == RequestResult.FAIL else Lane.NEW
-        return Lane.ANSWERING if known else Lane.FAILING
-
-    def admits(self, lane: Lane) -> bool:
-        if self.running.total() >= self.capacity:
-            return False
-        unproven = self.running[Lane.FAILING] + self.running[Lane.NEW]
-        if lane is Lane.FAILING:
-            return self.running[Lane.FAILING] < self.failing_limit and unproven < self.unproven_limit
-        if lane is Lane.NEW:
-            return unproven < self.unproven_limit
-        return True
-
-    def start(self, lane: Lane, hook_phid: str) -> None:
-        self.running[lane] += 1
-        self.last_turn[hook_phid] = time.monotonic()
-
-    def finish(self, lane: Lane, hook_phid: str, answered: bool | None) -> None:
-        self.running[lane] -= 1
-        if answered is not None:
-            self.answering[hook_phid] = answered
-
-    def order(self, candidates: list[tuple[int, str, Lane]]) -> list[tuple[str, Lane]]:
-        """Failing hooks first (they are capped), least recently tried first; then new and answering hooks,
-        oldest request first."""
-        failing = sorted(
-            (self.last_turn.get(hook, 0.0), first, hook) for first, hook, lane in candidates if lane is Lane.FAILING
-        )
-        others = [(hook, lane) for _first, hook, lane in candidates if lane is not Lane.FAILING]
-        return [(hook, Lane.FAILING) for _turn, _first, hook in failing] + others
 
 
 class Worker:
@@ -130,18 +79,19 @@ class Worker:
             blacklist=self.phorge_settings.blacklist,
             objects=PhorgeObjects(config.namespace, connection=self.pool.connection),
         )
-        self.php_guard = PhpWorkerGuard(config.namespace, connection=self.pool.connection)
-        self.php_state: PhpDeliveryState = {"state": "unknown"}
+        self.php = PhpWatch(PhpWorkerGuard(config.namespace, connection=self.pool.connection))
         self.max_concurrent = max_concurrent or config.max_concurrent
         self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
         self.once = once
         self.window = QueueWindow(self.reader, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
-        self.lanes = Lanes(self.max_concurrent)
         self.stopping = threading.Event()
         self.counters = Counters()
         self.heartbeat = Heartbeat()
         self.notices = RequeueNotices()
         self.attempts = AttemptLog(config, self.heartbeat.worker_id) if config.attempt_log else None
+        self.scheduler = Scheduler(
+            self.max_concurrent, estimated_now=self.window.estimated_now, counters=self.counters, attempts=self.attempts
+        )
         self.runner = JobRunner(
             config,
             store=Store(alias, pool=self.pool),
@@ -149,17 +99,12 @@ class Worker:
             dispatcher=self.dispatcher,
             counters=self.counters,
             stopping=self.stopping,
-            php=self.php_guard,
+            php=self.php,
             attempts=self.attempts,
         )
         self.hooks: dict[str, Hook] = {}
         self._hooks_loaded = 0.0
-        self.busy_hooks: set[str] = set()
-        self.skip_until: dict[str, float] = {}
-        self.backoff_until: dict[str, int] = {}
-        self.misconfigured: set[str] = set()
         self.holds = HeldHooks()  # hooks held by an operator (manage.py hold_webhooks): nothing of theirs is claimed
-        self.held: frozenset[str] = frozenset()
         self._db_down_since: float | None = None
         self._signals = 0
         self._last_heartbeat = 0.0
@@ -169,33 +114,31 @@ class Worker:
         self._quick_until = float("-inf")
         self._paused_said = float("-inf")
 
-    def count(self, key: str, amount: int = 1) -> None:
-        self.counters.add(key, amount)
-
     def snapshot(self) -> WorkerState:
         """The heartbeat state: what the dashboard and the health JSON show about this process."""
         now = time.monotonic()
+        scheduler = self.scheduler
         return {
             "version": 1,
             "max_concurrent": self.max_concurrent,
-            "in_flight": self.lanes.running.total(),
-            "lanes": {lane.value: self.lanes.running[lane] for lane in Lane},
+            "in_flight": scheduler.in_flight(),
+            "lanes": scheduler.lanes_in_flight(),
             "tracked_queued": self.window.held_count,
             "counts": self.counters.snapshot(),
             "database_down_for_sec": None if self._db_down_since is None else round(now - self._db_down_since, 1),
-            "hooks_in_backoff": dict(self.backoff_until),
-            "hooks_misconfigured": sorted(self.misconfigured),
-            "hooks_held": sorted(self.held),
-            "hooks_lock_busy": sorted(phid for phid, until in self.skip_until.items() if until > now),
+            "hooks_in_backoff": dict(scheduler.backoff_until),
+            "hooks_misconfigured": sorted(scheduler.misconfigured),
+            "hooks_held": sorted(scheduler.held),
+            "hooks_lock_busy": scheduler.lock_busy(),
             "stopping": self.stopping.is_set(),
-            "php_worker": self.php_state,
+            "php_worker": self.php.latest().as_json(),
             "delivery_paused": self.paused,
         }
 
     def _beat(self, *, force: bool = False) -> None:
         if force or time.monotonic() - self._last_heartbeat >= HEARTBEAT_SEC:
             self._last_heartbeat = time.monotonic()
-            self.held = self.holds.refresh()  # one query; the last set read stays if Django's database fails
+            self.scheduler.hold(self.holds.refresh())  # one query; the last set read stays if Django's database fails
             state = self.snapshot()
             self.heartbeat.publish(state)
             self._report_activity(state["counts"])
@@ -268,14 +211,13 @@ class Worker:
             self.phorge_settings.current()  # logs each of Phorge's settings in force, and where it came from
         except DatabaseError:
             pass  # the loop notices the outage and says so
-        self.held = self.holds.refresh()  # before the first claim, so a --once run honours the holds too
+        self.scheduler.hold(self.holds.refresh())  # before the first claim, so a --once run honours the holds too
         limit_malloc_arenas()
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
         running: dict[Future[JobResult], Job] = {}
         try:
             while not self.stopping.is_set():
-                self.php_state = self.php_guard.watch()
-                self.runner.php_active = self.php_state["state"] in ("active", "recent")
+                self.php.watch()  # what delivery threads read, and the heartbeat shows
                 self._beat()
                 self._check_locks()
                 scheduled, more = self._poll_and_schedule(pool, running)
@@ -323,13 +265,6 @@ class Worker:
 
     # -- main thread: poll and schedule ----------------------------------------------------------
 
-    def _schedulable(self, hook_phid: str) -> bool:
-        if hook_phid in self.busy_hooks or hook_phid in self.misconfigured or hook_phid in self.held:
-            return False
-        if self.skip_until.get(hook_phid, 0.0) > time.monotonic():
-            return False
-        return self.backoff_until.get(hook_phid, 0) <= self.window.estimated_now()
-
     def _poll_and_schedule(self, pool: ThreadPoolExecutor, running: dict[Future[JobResult], Job]) -> tuple[bool, bool]:
         try:
             connections[self.alias].close_if_unusable_or_obsolete()
@@ -340,35 +275,31 @@ class Worker:
             if self._pause_for_silent_mode():
                 self._database_recovered()
                 return False, False
-            candidates = self.window.candidates(self._schedulable)
+            candidates = self.window.candidates(self.scheduler.schedulable)
             if candidates and len(running) < self.max_concurrent:
                 self._load_hooks(candidates)
-                if self._note_misconfigured(candidates):
-                    candidates = [c for c in candidates if c[1] not in self.misconfigured]
+                if self.scheduler.note_misconfigured(self.hooks, candidates):
+                    candidates = [c for c in candidates if c[1] not in self.scheduler.misconfigured]
             self._database_recovered()
         except DatabaseError:
             self._database_failed()
             return False, False
         metrics.TRACKED_QUEUED.set(self.window.held_count)
-        lanes = [
-            (first, hook, self.lanes.lane(hook, self.window.hooks[hook].held[first].last_result))
-            for first, hook in candidates
-        ]
+        scheduler = self.scheduler
+        last_results = ((first, hook, self.window.hooks[hook].held[first].last_result) for first, hook in candidates)
         scheduled = False
-        for hook_phid, lane in self.lanes.order(lanes):
-            if self.stopping.is_set() or self.lanes.running.total() >= self.max_concurrent:
+        for hook_phid, lane in scheduler.order(last_results):
+            if self.stopping.is_set() or scheduler.full():
                 break
-            if not self.lanes.admits(lane):
+            if not scheduler.admits(lane):
                 continue
             rows = self.window.take(hook_phid, ROWS_PER_JOB)
             job = Job(hook_phid, self.hooks.get(hook_phid), rows, lane, now=self.window.estimated_now())
-            self.busy_hooks.add(hook_phid)
-            self.lanes.start(lane, hook_phid)
+            scheduler.start(job)
             running[pool.submit(self.runner.run, job)] = job
             scheduled = True
-        self._set_in_flight_metrics()
-        full = self.lanes.running.total() >= self.max_concurrent
-        return scheduled, more or (bool(candidates) and full)
+        scheduler.set_in_flight_metrics()
+        return scheduled, more or (bool(candidates) and scheduler.full())
 
     def _pause_for_silent_mode(self) -> bool:
         """True while Phorge's silent mode cannot be told: then nothing is claimed, sent or failed. Said at
@@ -402,18 +333,14 @@ class Worker:
                 f"left {counts['left_to_php.young']} request(s) too young to tell whether Phorge's PHP worker "
                 "takes them (PHP delivered lately)"
             )
-        if self.misconfigured:
-            lines.append(f"left the requests of {len(self.misconfigured)} hook(s) with an empty HMAC key")
-        if self.backoff_until:
-            lines.append(f"left the requests of {len(self.backoff_until)} hook(s) in Phorge's error backoff")
-        if self.held:
-            lines.append(f"left the requests of {len(self.held)} held hook(s) (manage.py hold_webhooks --list)")
+        scheduler = self.scheduler
+        if scheduler.misconfigured:
+            lines.append(f"left the requests of {len(scheduler.misconfigured)} hook(s) with an empty HMAC key")
+        if scheduler.backoff_until:
+            lines.append(f"left the requests of {len(scheduler.backoff_until)} hook(s) in Phorge's error backoff")
+        if scheduler.held:
+            lines.append(f"left the requests of {len(scheduler.held)} held hook(s) (manage.py hold_webhooks --list)")
         return lines
-
-    def _set_in_flight_metrics(self) -> None:
-        metrics.IN_FLIGHT.set(self.lanes.running.total())
-        for lane in Lane:
-            metrics.LANE_IN_FLIGHT.labels(lane.value).set(self.lanes.running[lane])
 
     def _load_hooks(self, candidates: list[tuple[int, str]]) -> None:
         """Hook rows (URI, key, status) at most HOOKS_RELOAD_SEC old, as PHP reads them per task."""
@@ -422,61 +349,14 @@ class Worker:
             self.hooks = self.reader.hooks()
             self._hooks_loaded = time.monotonic()
 
-    def _note_misconfigured(self, candidates: list[tuple[int, str]]) -> bool:
-        """Track hooks with an empty HMAC key (never called unsigned); True if a candidate is one."""
-        unsigned = {phid for phid, hook in self.hooks.items() if not hook.hmac_key}
-        waiting = {hook for _first, hook in candidates}
-        for phid in (unsigned - self.misconfigured) & waiting:
-            logger.error(
-                "hook has an empty HMAC key: its requests stay queued until a key is set",
-                extra={"hook": phid, "hook_name": self.hooks[phid].name},
-            )
-        for phid in self.misconfigured - unsigned:
-            logger.info("hook has an HMAC key again: delivering its requests", extra={"hook": phid})
-        self.misconfigured = unsigned
-        metrics.HOOKS_MISCONFIGURED.set(len(unsigned))
-        return bool(unsigned & waiting)
-
     def _absorb(self, result: JobResult, job: Job) -> None:
-        self.busy_hooks.discard(job.hook_phid)
-        self.lanes.finish(job.lane, job.hook_phid, result.answered)
-        self.window.settle(
-            job.hook_phid,
-            job.rows,
-            done=result.done,
-            retried=result.retried,
-            fresh=result.fresh,
-            claimed=result.claimed,
-            deferred=result.deferred,
-        )
-        if result.lock_busy:
-            metrics.LOCK_BUSY.inc()
-            self.count("lock_busy")
-            self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC
-        if result.lock_lost:
-            self.count("degraded.lock_lost")
-        if result.breaker_closed and job.hook_phid in self.backoff_until:
-            del self.backoff_until[job.hook_phid]
-            logger.info("hook left error backoff", extra={"hook": job.hook_phid})
-        if result.backoff_until is not None:
-            metrics.BREAKER_SKIPS.inc()
-            self.count("breaker_skips")
-            if job.hook_phid not in self.backoff_until:
-                logger.warning(
-                    "hook entered error backoff: too many recent failures",
-                    extra={"hook": job.hook_phid, "until_epoch": result.backoff_until},
-                )
-                if self.attempts is not None:
-                    self.attempts.breaker_entered(job.hook_phid, result.backoff_until)
-            self.backoff_until[job.hook_phid] = result.backoff_until
-        metrics.HOOKS_IN_BACKOFF.set(len(self.backoff_until))
-        self._set_in_flight_metrics()
+        self.scheduler.finish(job, result)
+        self.window.settle(result.settlement)
         if result.database_error:
             self._database_failed()
 
     def _database_failed(self) -> None:
-        metrics.DEGRADED.labels("database").inc()
-        self.count("degraded.database")
+        self.counters.record("degraded.database")
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
             logger.error("database unavailable: backing off and reconnecting; nothing is marked failed")

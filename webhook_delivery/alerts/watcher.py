@@ -29,10 +29,11 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F, Min, Q
 
-from .. import selectors
+from .. import phorge_status, selectors
 from ..config import PHORGE_ALIAS, DeliveryConfig
-from ..herald import REQUESTS, text
+from ..health import HookHealth, QueueHealth
 from ..phorge_config import REQUEST_RETENTION_SEC
+from ..status import heartbeat
 from ..status.models import DeliveryAttempt
 from . import metrics
 from .channels import SENDERS, ChannelError
@@ -95,7 +96,7 @@ class Evaluation:
     now: int
     observations: dict[str, Observation]
     kinds: set[str]  # kinds evaluated this pass: only those may recover
-    health: selectors.QueueHealth | None = None
+    health: QueueHealth | None = None
     losses: list[Loss] = field(default_factory=list)
 
 
@@ -192,7 +193,7 @@ class Watcher:
         kinds = {"database", "receiver", "no_worker", "php_delivery", "stalled", "collection"}
         for observation in self._receivers(health):
             found[observation.key] = observation
-        resolved = selectors.phorge_settings()
+        resolved = phorge_status.phorge_settings()
         retention = REQUEST_RETENTION_SEC if resolved is None else resolved.retention.value
         losses: list[Loss] = []
         if retention is not None:
@@ -208,15 +209,15 @@ class Watcher:
         links = []
         if self.config.site_url:
             links.append(f"{self.config.site_url}/hooks/{phid}/")
-        base = selectors.phorge_base_uri()
+        base = phorge_status.phorge_base_uri()
         if base and hook_id:
             links.append(f"{base.rstrip('/')}/herald/webhook/view/{hook_id}/")
         return "".join(f"\n    {link}" for link in links)
 
-    def _hook(self, hook: selectors.HookHealth) -> str:
+    def _hook(self, hook: HookHealth) -> str:
         return f"hook {hook.name!r} ({hook.phid})"
 
-    def _receivers(self, health: selectors.QueueHealth) -> Iterable[Observation]:
+    def _receivers(self, health: QueueHealth) -> Iterable[Observation]:
         troubled = [hook for hook in health.hooks if hook.state in ("failing", "backoff")]
         if not troubled:
             return []
@@ -252,23 +253,10 @@ class Watcher:
             )
         return found
 
-    def _failing_since(self, hooks: list[selectors.HookHealth]) -> dict[str, int]:
+    def _failing_since(self, hooks: list[HookHealth]) -> dict[str, int]:
         """The first failed attempt after each hook's last success: Phorge's rows (through key_ratelimit,
         one range per hook) and this service's attempt log, whichever remembers earlier."""
-        dialect = selectors._dialect()
-        clauses: list[str] = []
-        params: dict[str, Any] = {}
-        for index, hook in enumerate(hooks):
-            clauses.append(
-                f"(webhookPHID = %(h{index})s AND lastRequestResult = 'fail' AND lastRequestEpoch > %(s{index})s)"
-            )
-            params[f"h{index}"], params[f"s{index}"] = hook.phid, hook.last_success or 0
-        rows = selectors._fetch(
-            f"SELECT webhookPHID, MIN(lastRequestEpoch) FROM {dialect.requests_by_result} "
-            f"WHERE {' OR '.join(clauses)} GROUP BY webhookPHID",
-            params,
-        )
-        since = {text(phid): int(epoch) for phid, epoch in rows if epoch is not None}
+        since = selectors.first_failures({hook.phid: hook.last_success or 0 for hook in hooks})
         logged = Q()
         for hook in hooks:
             logged |= Q(hook_phid=hook.phid, result="fail", started_at__gt=_dt(hook.last_success or 0))
@@ -280,37 +268,21 @@ class Watcher:
             pass  # the attempt log is a help here, not a need
         return since
 
-    def _last_errors(self, hooks: list[selectors.HookHealth]) -> dict[str, str]:
+    def _last_errors(self, hooks: list[HookHealth]) -> dict[str, str]:
         """errorType/errorCode of each hook's newest failed attempt (one query)."""
-        dialect = selectors._dialect()
-        where, params = selectors._hook_filter([hook.phid for hook in hooks])
-        rows = selectors._fetch(
-            f"SELECT webhookPHID, {selectors._json_text(dialect, 'errorType')}, "
-            f"{selectors._json_text(dialect, 'errorCode')} FROM {REQUESTS} JOIN ("
-            f"SELECT webhookPHID AS newest_hook, MAX(lastRequestEpoch) AS newest FROM {dialect.requests_by_result} "
-            f"WHERE {where} AND lastRequestResult = 'fail' GROUP BY webhookPHID) AS newest_fail "
-            "ON webhookPHID = newest_hook AND lastRequestResult = 'fail' AND lastRequestEpoch = newest",
-            params,
-        )
-        return {text(phid): f"{text(kind)}/{text(code)}" for phid, kind, code in rows if kind is not None}
+        errors = selectors.last_errors([hook.phid for hook in hooks])
+        return {phid: f"{kind}/{code}" for phid, (kind, code) in errors.items()}
 
-    def _collection(self, health: selectors.QueueHealth, retention: int) -> Iterable[Observation]:
+    def _collection(self, health: QueueHealth, retention: int) -> Iterable[Observation]:
         holding = [hook for hook in health.hooks if hook.queued]
         if not holding:
             return []
         by_phid = {hook.phid: hook for hook in holding}
-        dialect = selectors._dialect()
-        where, params = selectors._hook_filter(list(by_phid))
-        rows = selectors._fetch(
-            f"SELECT webhookPHID, COUNT(*), MIN(dateCreated) FROM {dialect.requests_by_result} "
-            f"WHERE {where} AND {selectors.PENDING_RESULTS} AND status = 'queued' AND dateCreated <= %(edge)s "
-            "GROUP BY webhookPHID",
-            {**params, "edge": health.now - retention + int(self.config.gc_warning_sec)},
-        )
+        edge = health.now - retention + int(self.config.gc_warning_sec)
         found = []
-        for phid, count, oldest in rows:
-            hook = by_phid[text(phid)]
-            deadline = int(oldest) + retention
+        for near in selectors.near_collection(list(by_phid), edge):
+            hook, count, oldest = by_phid[near.hook_phid], near.requests, near.oldest
+            deadline = oldest + retention
             left = deadline - health.now
             hours = round(left / 3600)
             when = (
@@ -321,29 +293,29 @@ class Watcher:
                 else "at Phorge's next garbage collection"
             )
             summary = (
-                f"{int(count)} requests to {self._hook(hook)} will be deleted by Phorge {when} unless delivered "
-                f"(oldest queued since {_when(int(oldest))}, kept {_duration(retention)} by phd.garbage-collection)"
+                f"{count} requests to {self._hook(hook)} will be deleted by Phorge {when} unless delivered "
+                f"(oldest queued since {_when(oldest)}, kept {_duration(retention)} by phd.garbage-collection)"
             ) + self._links(hook.phid, hook.id)
             found.append(
                 Observation(
                     key=f"collection:{hook.phid}",
                     kind="collection",
-                    since=int(oldest) + retention - int(self.config.gc_warning_sec),
+                    since=oldest + retention - int(self.config.gc_warning_sec),
                     summary=summary,
                     hook_phid=hook.phid,
                     hook_name=hook.name,
-                    detail={"count": int(count), "deadline": deadline, "hook_id": hook.id},
+                    detail={"count": count, "deadline": deadline, "hook_id": hook.id},
                 )
             )
         return found
 
-    def _no_worker(self, health: selectors.QueueHealth) -> Observation | None:
+    def _no_worker(self, health: QueueHealth) -> Observation | None:
         due = health.due_now - health.due_held
         oldest = min((h.oldest_due_since for h in health.hooks if not h.held and h.oldest_due_since), default=None)
         if due <= 0 or oldest is None or health.now - oldest < self.config.worker_dead_sec:
             return None  # due for less than the heartbeat threshold: a starting worker has not reported yet
         now = datetime.now(UTC)
-        beats = selectors.workers(now)
+        beats = heartbeat.workers(now)
         threshold = timedelta(seconds=self.config.worker_dead_sec)
         if any(now - beat.last_seen <= threshold and not beat.stopping for beat in beats):
             return None
@@ -361,19 +333,19 @@ class Watcher:
         return Observation("no_worker", "no_worker", since, summary, detail={"due": due})
 
     def _php(self) -> Observation | None:
-        state = selectors.php_delivery_state()
-        if state["state"] != "active":
+        state = phorge_status.php_delivery_state()
+        if state.state != "active":
             return None
         now = int(datetime.now(UTC).timestamp())
-        tasks = state.get("active_tasks")
+        tasks = state.active_tasks
         summary = (
             "Phorge's own PHP worker (HeraldWebhookWorker) is delivering beside this service"
             + (f" ({tasks} active tasks)" if tasks is not None else "")
             + ": stop PHP delivery (README, Taking over from Phorge's PHP delivery)"
         )
-        return Observation("php_delivery", "php_delivery", int(state.get("last_delivery") or now), summary)
+        return Observation("php_delivery", "php_delivery", int(state.last_delivery or now), summary)
 
-    def _stalled(self, health: selectors.QueueHealth) -> Observation | None:
+    def _stalled(self, health: QueueHealth) -> Observation | None:
         if health.lag_state != "stalled":
             return None
         age = health.oldest_due_age or 0
@@ -496,7 +468,7 @@ class Watcher:
 
     # -- requests lost to Phorge's collection --------------------------------------------------------
 
-    def _losses(self, health: selectors.QueueHealth, retention: int) -> list[Loss]:
+    def _losses(self, health: QueueHealth, retention: int) -> list[Loss]:
         """Remember queued requests close to collection; those gone since, undelivered, were collected.
 
         Reads: one range of key_ratelimit (the pending slice, dateCreated filtered there) and, for the
@@ -505,21 +477,16 @@ class Watcher:
         and only the watcher whose claim UPDATE marked it counts it.
         """
         names = {hook.phid: hook.name for hook in health.hooks}
-        dialect = selectors._dialect()
-        where, params = selectors._hook_filter([hook.phid for hook in health.hooks if hook.queued])
         edge = health.now - retention + max(self.config.loss_margin_sec, int(10 * self.config.interval_sec))
-        near = selectors._fetch(
-            f"SELECT id, phid, webhookPHID, dateCreated FROM {dialect.requests_by_result} "
-            f"WHERE {where} AND {selectors.PENDING_RESULTS} AND status = 'queued' AND dateCreated <= %(edge)s "
-            f"LIMIT {WATCH_LIMIT}",
-            {**params, "edge": edge},
-        )
-        seen = {int(row[0]) for row in near}
+        near = selectors.queued_near_collection([hook.phid for hook in health.hooks if hook.queued], edge, WATCH_LIMIT)
+        seen = {row.id for row in near}
         if near:
             WatchedRequest.objects.bulk_create(
                 [
-                    WatchedRequest(request_id=int(i), request_phid=text(p), hook_phid=text(h), date_created=int(c))
-                    for i, p, h, c in near
+                    WatchedRequest(
+                        request_id=row.id, request_phid=row.phid, hook_phid=row.hook_phid, date_created=row.date_created
+                    )
+                    for row in near
                 ],
                 ignore_conflicts=True,
                 batch_size=500,
@@ -527,13 +494,7 @@ class Watcher:
         absent = list(WatchedRequest.objects.exclude(request_id__in=seen).filter(claimed_by="")[:WATCH_LIMIT])
         if not absent:
             return []
-        still: dict[int, str] = {}
-        for start in range(0, len(absent), 500):
-            chunk = [watch.request_id for watch in absent[start : start + 500]]
-            marks = ", ".join(["%s"] * len(chunk))
-            with connections[PHORGE_ALIAS].cursor() as cursor:
-                cursor.execute(f"SELECT id, status FROM {REQUESTS} WHERE id IN ({marks})", chunk)
-                still.update({int(i): text(s) for i, s in cursor.fetchall()})
+        still = selectors.request_statuses([watch.request_id for watch in absent])
         settled = [w.pk for w in absent if w.request_id in still and still[w.request_id] != "queued"]
         missing = [w for w in absent if w.request_id not in still]
         delivered = (

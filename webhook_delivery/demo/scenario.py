@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import secrets
-import string
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook_delivery.phpjson import decode_properties, encode_compact
+from webhook_delivery import seeding
+from webhook_delivery.phpjson import decode_properties
+from webhook_delivery.seeding import random_phid
 
 from .receiver import DemoReceiver
 
-PHID_ALPHABET = string.ascii_lowercase + "234567"
 # A link-local cloud metadata address: Phorge's default outbound blacklist refuses it.
 BLOCKED_URI = "http://169.254.169.254/latest/meta-data/"
-
-
-def random_phid(kind: str, subtype: str | None = None) -> str:
-    if subtype:
-        return f"PHID-{kind}-{subtype}-" + "".join(secrets.choice(PHID_ALPHABET) for _ in range(15))
-    return f"PHID-{kind}-" + "".join(secrets.choice(PHID_ALPHABET) for _ in range(20))
-
-
-def random_hmac_key() -> str:
-    return "".join(secrets.choice(PHID_ALPHABET) for _ in range(32))
 
 
 @dataclass(frozen=True)
@@ -55,25 +44,12 @@ class Seeded:
 def _properties(shape: str, hook_phid: str, user_phid: str) -> str:
     """`properties` as Phorge's three creators write it (see the golden captures)."""
     if shape == "test":  # "New Test Request" in the web UI: the hook's own transactions, keyed by ID
-        return encode_compact(
-            {
-                "retry": "never",
-                "triggerPHIDs": [user_phid],
-                "test": True,
-                "transactionPHIDs": {"7": random_phid("XACT", "HWBH"), "6": random_phid("XACT", "HWBH")},
-            }
+        return seeding.web_test_properties(
+            user_phid, {"7": random_phid("XACT", "HWBH"), "6": random_phid("XACT", "HWBH")}
         )
     xactions = [random_phid("XACT", "TASK") for _ in range(3)]
     trigger = hook_phid if shape == "firehose" else random_phid("HRUL")
-    return encode_compact(
-        {
-            "retry": "forever",
-            "transactionPHIDs": {phid: phid for phid in xactions},
-            "triggerPHIDs": [trigger],
-            "silent": False,
-            "secure": False,
-        }
-    )
+    return seeding.properties(retry="forever", transactions={phid: phid for phid in xactions}, triggers=[trigger])
 
 
 def seed(cursor: Any, receiver: DemoReceiver, now: int) -> Seeded:
@@ -81,40 +57,17 @@ def seed(cursor: Any, receiver: DemoReceiver, now: int) -> Seeded:
     seeded = Seeded()
     user_phid = random_phid("USER")
     for spec in HOOKS:
-        hook_phid = random_phid("HWBH")
-        key = random_hmac_key()
-        if spec.path is None:
-            uri = BLOCKED_URI
-        else:
-            uri = receiver.url(spec.path)
-            receiver.expect(spec.path, key)
-        cursor.execute(
-            "INSERT INTO herald_webhook (phid, name, webhookURI, viewPolicy, editPolicy, status, hmacKey, "
-            "dateCreated, dateModified) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [hook_phid, spec.name, uri, "users", user_phid, spec.status, key, now, now],
-        )
-        seeded.hook_names[hook_phid] = spec.name
+        uri = BLOCKED_URI if spec.path is None else receiver.url(spec.path)
+        hook = seeding.hook_row(uri, now=now, name=spec.name, status=spec.status, edit_policy=user_phid)
+        if spec.path is not None:
+            receiver.expect(spec.path, hook["hmacKey"])
+        seeding.insert(cursor, seeding.HOOK_TABLE, [hook])
+        seeded.hook_names[hook["phid"]] = spec.name
         for shape in spec.requests:
-            request_phid = random_phid("HWBR")
-            object_phid = random_phid("TASK")
-            cursor.execute(
-                "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, "
-                "lastRequestResult, lastRequestEpoch, dateCreated, dateModified) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    request_phid,
-                    hook_phid,
-                    object_phid,
-                    "queued",
-                    _properties(shape, hook_phid, user_phid),
-                    "none",
-                    0,
-                    now,
-                    now,
-                ],
-            )
-            seeded.request_hooks[request_phid] = hook_phid
-            seeded.request_objects[request_phid] = object_phid
+            request = seeding.request_row(hook["phid"], _properties(shape, hook["phid"], user_phid), now=now)
+            seeding.insert(cursor, seeding.REQUEST_TABLE, [request])
+            seeded.request_hooks[request["phid"]] = hook["phid"]
+            seeded.request_objects[request["phid"]] = request["objectPHID"]
     return seeded
 
 

@@ -1,4 +1,5 @@
-"""Writes a worker's heartbeat row (default database). Failures are logged and never stop delivery."""
+"""A worker's heartbeat row (default database): `Heartbeat` writes it, and its failures are logged and never
+stop delivery; `workers()` reads the rows back for the pages, the JSON health and the alerts."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import logging
 import os
 import secrets
 import socket
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError
 
@@ -15,7 +19,8 @@ from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
 
-
+WORKER_ALIVE_SEC = 30
+WORKERS_SHOWN_FOR = timedelta(days=1)
 WORKER_ID_MAX = WorkerHeartbeat._meta.get_field("worker_id").max_length or 200
 
 
@@ -59,3 +64,81 @@ class Heartbeat:
             WorkerHeartbeat.objects.filter(worker_id=self.worker_id).delete()
         except DatabaseError:
             logger.warning("cannot remove the worker heartbeat")
+
+
+# -- reading the heartbeats back -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    worker_id: str
+    hostname: str
+    pid: int
+    started_at: datetime
+    last_seen: datetime
+    seen_ago_sec: int
+    alive: bool
+    max_concurrent: int
+    in_flight: int
+    tracked_queued: int
+    database_down_for_sec: float | None
+    stopping: bool
+    hooks_in_backoff: int
+    hooks_misconfigured: int
+    hooks_lock_busy: int
+    degraded: Mapping[str, int]  # cumulative counters of this process, by reason
+    counts: Mapping[str, int]
+
+    @property
+    def state(self) -> str:
+        if not self.alive:
+            return "stale"
+        if self.database_down_for_sec is not None:
+            return "database down"
+        return "stopping" if self.stopping else "ok"
+
+
+def _int(value: Any) -> int:
+    return 0 if value is None else int(value)
+
+
+def _count_map(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(key): int(count) for key, count in value.items() if isinstance(count, int)}
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, (list, dict)) else 0
+
+
+def workers(now: datetime | None = None) -> list[WorkerStatus]:
+    """deliver_webhooks processes seen in the last day, newest first; alive = beat in the last WORKER_ALIVE_SEC."""
+    now = now or datetime.now(UTC)
+    result = []
+    for beat in WorkerHeartbeat.objects.filter(last_seen__gte=now - WORKERS_SHOWN_FOR)[:50]:
+        state = beat.state if isinstance(beat.state, dict) else {}
+        counts = _count_map(state.get("counts"))
+        down = state.get("database_down_for_sec")
+        result.append(
+            WorkerStatus(
+                worker_id=beat.worker_id,
+                hostname=beat.hostname,
+                pid=beat.pid,
+                started_at=beat.started_at,
+                last_seen=beat.last_seen,
+                seen_ago_sec=max(0, int((now - beat.last_seen).total_seconds())),
+                alive=now - beat.last_seen <= timedelta(seconds=WORKER_ALIVE_SEC),
+                max_concurrent=_int(state.get("max_concurrent")),
+                in_flight=_int(state.get("in_flight")),
+                tracked_queued=_int(state.get("tracked_queued")),
+                database_down_for_sec=float(down) if isinstance(down, (int, float)) else None,
+                stopping=bool(state.get("stopping")),
+                hooks_in_backoff=_size(state.get("hooks_in_backoff")),
+                hooks_misconfigured=_size(state.get("hooks_misconfigured")),
+                hooks_lock_busy=_size(state.get("hooks_lock_busy")),
+                degraded={k.removeprefix("degraded."): v for k, v in counts.items() if k.startswith("degraded.")},
+                counts=counts,
+            )
+        )
+    return result

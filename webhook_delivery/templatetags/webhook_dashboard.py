@@ -12,28 +12,9 @@ from django.utils.safestring import SafeString
 from .. import links
 from ..herald import utc
 from ..history import DeliverySeries
-from ..outcomes import http_status, is_success
+from ..outcomes import HOOK_ERROR, curl_error_label, hook_error_label, http_status, is_success
 
 register = template.Library()
-
-HOOK_ERRORS = {
-    "silent": "In Silent Mode",
-    "disabled": "Hook Disabled",
-    "uri": "Invalid URI",
-    "object": "Invalid Object",
-    "not-found": "Hook Not Found",
-}
-CURL_ERRORS = {
-    "1": "malformed response",
-    "6": "could not resolve host",
-    "7": "could not connect",
-    "28": "timed out",
-    "35": "TLS handshake failed",
-    "47": "too many redirects",
-    "52": "empty reply",
-    "56": "connection reset",
-    "60": "certificate not trusted",
-}
 
 
 @register.filter
@@ -74,6 +55,13 @@ def percent(share: float | None) -> str:
     return f"{share * 100:.1f} %" if share < 1 else "100 %"
 
 
+@register.filter
+def days(seconds: int) -> str:
+    """Whole days, as a retention is spoken of: `7 days`."""
+    count = seconds // 86400
+    return f"{count} day{'' if count == 1 else 's'}"
+
+
 @register.simple_tag
 def page_link(page: str, phid: object, label: object, code: bool = False) -> SafeString:
     """`{% page_link "hook" phid name %}`: a link to our page about the row, or the label alone."""
@@ -86,8 +74,8 @@ def error_label(error_type: str, error_code: str) -> str:
     code = str(error_code)
     if not error_type and not code:  # marked failed by the poison rule, properties left as stored
         return "Unreadable request (left as stored)"
-    if error_type == "hook":
-        return f"Hook error: {HOOK_ERRORS.get(code, code)}"
+    if error_type == HOOK_ERROR:
+        return f"Hook error: {hook_error_label(code)}"
     if error_type == "timeout":
         return f"Timeout ({code})"
     if error_type == "http":
@@ -95,7 +83,7 @@ def error_label(error_type: str, error_code: str) -> str:
             return f"HTTP {code} (success)"
         if http_status(code) is not None:
             return f"HTTP {code}"
-        reason = CURL_ERRORS.get(code)
+        reason = curl_error_label(code)
         return f"cURL {code}: {reason}" if reason else f"cURL {code[:20]}"
     return f"{error_type} {code}".strip()
 

@@ -12,7 +12,7 @@ from django.db import DatabaseError
 
 from webhook_delivery.herald import utc
 from webhook_delivery.phorge_config import PhorgeSettings
-from webhook_delivery.phorge_lookups import PhorgeObjects
+from webhook_delivery.phorge_objects import PhorgeObjects
 from webhook_delivery.requeue import ErrorFilter, Plan, Requeue, RequeueError, parse_when
 from webhook_delivery.status.notices import announce
 from webhook_delivery.store import Store

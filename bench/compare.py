@@ -1,0 +1,96 @@
+"""Two versions side by side in one go: `make bench` figures of an earlier commit and of this tree.
+
+    .venv/bin/python bench/compare.py BASE [--rounds K] [-- BENCH_ARGS...]      (default: --quick, 2 rounds)
+
+BASE's sources are unpacked with `git archive` into a temporary directory beside this tree's virtualenv;
+each round runs bench/run.py of both, in alternating order (base-new, new-base, ...) so that drift of a
+shared machine falls on both. It prints each figure's median for both and the ratio new/base: the figures
+are noisy in absolute terms, the ratio of runs made together is what a change is judged by.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW = re.compile(r"^(?P<label>\S.*?)\s{2,}(?P<value>-?[\d.]+)\s(?P<unit>\S+)")
+
+
+def figures(output: str) -> dict[str, tuple[float, str]]:
+    """The table's rows: label -> (value, unit), read from bench/run.py's output."""
+    found: dict[str, tuple[float, str]] = {}
+    in_table = False
+    for line in output.splitlines():
+        if line.startswith("figure "):
+            in_table = True
+            continue
+        if in_table and not line.strip():
+            break
+        match = ROW.match(line) if in_table else None
+        if match:
+            found[match["label"]] = (float(match["value"]), match["unit"])
+    return found
+
+
+def run(tree: Path, bench_args: list[str]) -> tuple[dict[str, tuple[float, str]], str]:
+    done = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "bench/run.py", *bench_args],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    tail = [line for line in done.stdout.splitlines() if line.startswith(("correctness:", "FAILED", "code:"))]
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
+        raise SystemExit(f"bench/run.py failed in {tree} (exit {done.returncode})")
+    return figures(done.stdout), "; ".join(tail)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", help="the commit to compare with (e.g. HEAD~3, a tag, a hash)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("bench_args", nargs="*", help="after --: arguments for bench/run.py (default --quick)")
+    args = parser.parse_args(argv)
+    bench_args = args.bench_args or ["--quick"]
+    base_tree = Path(tempfile.mkdtemp(prefix="gwbench-base-"))
+    try:
+        archive = subprocess.run(["git", "archive", args.base], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(base_tree)], input=archive, check=True)
+        trees = {"base": base_tree, "new": ROOT}
+        results: dict[str, list[dict[str, tuple[float, str]]]] = {"base": [], "new": []}
+        for round_no in range(args.rounds):
+            order = ["base", "new"] if round_no % 2 == 0 else ["new", "base"]
+            for name in order:
+                sys.stderr.write(f"[compare] round {round_no + 1}/{args.rounds}: {name}\n")
+                found, tail = run(trees[name], bench_args)
+                results[name].append(found)
+                sys.stderr.write(f"[compare]   {tail}\n")
+    finally:
+        shutil.rmtree(base_tree, ignore_errors=True)
+    labels = [label for label in results["new"][0] if all(label in r for r in results["base"] + results["new"])]
+    width = max(len(label) for label in labels)
+    print(
+        f"bench/compare.py: {args.base} (base) and this tree (new), {args.rounds} round(s) of bench/run.py "
+        f"{' '.join(bench_args)}, medians"
+    )
+    print(f"{'figure':<{width}}  {'base':>12}  {'new':>12}  new/base")
+    for label in labels:
+        unit = results["new"][0][label][1]
+        base = median(r[label][0] for r in results["base"])
+        new = median(r[label][0] for r in results["new"])
+        ratio = f"{new / base:.2f}" if base else "-"
+        print(f"{label:<{width}}  {base:>8g} {unit:<3}  {new:>8g} {unit:<3}  {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,43 @@
+"""Rows read by column name: a SELECT list kept as names beside its SQL, and fetched tuples zipped back to
+those names. Pure: nothing here connects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """A SELECT list: `sql` is its text, `read` turns one fetched row into {name: value}.
+
+    The names never reach the SQL (no aliases), so a statement built from `sql` is the one written by hand.
+    """
+
+    names: tuple[str, ...]
+    expressions: tuple[str, ...]
+
+    @classmethod
+    def of(cls, *columns: str, **expressions: str) -> Columns:
+        """Columns selected under their own name, then `name=expression` pairs, in that order."""
+        return cls((*columns, *expressions), (*columns, *expressions.values()))
+
+    def plus(self, *columns: str, **expressions: str) -> Columns:
+        """This list followed by more columns (as for `of`)."""
+        more = Columns.of(*columns, **expressions)
+        return Columns(self.names + more.names, self.expressions + more.expressions)
+
+    @cached_property
+    def sql(self) -> str:
+        return ", ".join(self.expressions)
+
+    def read(self, row: Sequence[Any]) -> Record:
+        """One fetched row by name; a row of another length is a bug in the statement, hence strict."""
+        return dict(zip(self.names, row, strict=True))
+
+    def read_all(self, rows: Iterable[Sequence[Any]]) -> list[Record]:
+        return [self.read(row) for row in rows]

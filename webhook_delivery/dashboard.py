@@ -1,0 +1,66 @@
+"""The staff dashboard's content: every read it needs, composed once, and which hooks it shows first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import phorge_status, selectors
+from .config import DeliveryConfig
+from .health import HookHealth, QueueHealth
+from .history import DeliverySeries, delivery_series
+from .phorge_config import PhorgeConfig
+from .selectors import RecentFailure
+from .state import PhpDelivery
+from .status import heartbeat
+from .status.heartbeat import WorkerStatus
+
+HOOKS_SHOWN = 200
+_ATTENTION = {"backoff": 0, "failing": 1, "misconfigured": 2, "ok": 3, "disabled": 4}
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    health: QueueHealth
+    series: DeliverySeries
+    failures: list[RecentFailure]
+    workers: list[WorkerStatus]
+    php: PhpDelivery
+    due_left_to_php: int | None = None  # read only while Phorge's PHP worker is active
+    attempt_log: bool = True  # the chart draws this service's attempts: none are kept when the log is off
+    phorge_uri: str | None = None  # phabricator.base-uri, for links into Phorge's pages
+    settings: PhorgeConfig | None = None  # Phorge's own switches in force; None: its database is unreachable
+
+    @property
+    def alive_workers(self) -> int:
+        return sum(1 for worker in self.workers if worker.alive)
+
+    @property
+    def hooks_shown(self) -> list[HookHealth]:
+        """Hooks needing attention first, then the busiest; at most HOOKS_SHOWN rows on the page."""
+        ranked = sorted(
+            self.health.hooks, key=lambda hook: (_ATTENTION[hook.state], -hook.due, -hook.queued, hook.name)
+        )
+        return ranked[:HOOKS_SHOWN]
+
+    @property
+    def hooks_hidden(self) -> int:
+        return max(0, len(self.health.hooks) - HOOKS_SHOWN)
+
+
+@selectors.uncommitted_reads
+def dashboard(config: DeliveryConfig) -> Dashboard:
+    """Everything the dashboard shows, Phorge's reads in one READ UNCOMMITTED transaction."""
+    health = selectors.queue_health(config)
+    resolved = phorge_status.phorge_settings()
+    php = phorge_status.php_delivery_state()
+    return Dashboard(
+        health=health,
+        series=delivery_series(health.now),
+        failures=selectors.recent_failures(health),
+        workers=heartbeat.workers(),
+        php=php,
+        due_left_to_php=selectors.due_left_to_php(health, config) if php.state == "active" else None,
+        attempt_log=config.attempt_log,
+        phorge_uri=None if resolved is None else resolved.base_uri.value,
+        settings=resolved,
+    )

@@ -1,0 +1,143 @@
+"""PHP's object check and transaction query for the Dispatcher, read-only in Phorge's application databases:
+does the request's object still exist, and which of its stored transactions still exist, newest first (the
+worker's steps 6 and 7). Reached through phorge_access.py; without a grant the stored order is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .herald import text
+from .payload import phid_get_type, stored_values, transactions_newest_first
+from .phorge_access import (
+    UNREADABLE_RECHECK_SEC,
+    ConnectionSource,
+    _default_connection,
+    _NoAccessError,
+    _OnceLog,
+    _select,
+    qualified,
+)
+
+# The name operators filter on today; it changes when the modules move into subpackages (issue 21).
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ObjectTables:
+    """Where Phorge keeps one PHID type: the object's table and its transaction table (app, table)."""
+
+    label: str
+    object_app: str
+    object_table: str
+    xaction_app: str
+    xaction_table: str
+
+
+def _tables(label: str, app: str, object_table: str, xaction_table: str | None = None) -> ObjectTables:
+    return ObjectTables(label, app, object_table, app, xaction_table or f"{object_table}_transaction")
+
+
+# PHID type constant -> tables of the object class and of its getApplicationTransactionTemplate()
+# (Phorge 07c1a51310). Only types whose two tables both appear in webhook_delivery/sql/app-schema.sql (or, for
+# HWBH, the herald schema) are listed; any other type keeps the stored-order rule.
+OBJECT_TABLES: dict[str, ObjectTables] = {
+    "TASK": _tables("Maniphest tasks", "maniphest", "maniphest_task", "maniphest_transaction"),
+    "DREV": _tables("Differential revisions", "differential", "differential_revision", "differential_transaction"),
+    # Commits live in the repository database, their transactions are audit transactions.
+    "CMIT": ObjectTables("Diffusion commits", "repository", "repository_commit", "audit", "audit_transaction"),
+    "REPO": _tables("Diffusion repositories", "repository", "repository"),
+    "PROJ": _tables("projects", "project", "project"),
+    "USER": _tables("users", "user", "user"),
+    "WIKI": _tables("Phriction documents", "phriction", "phriction_document", "phriction_transaction"),
+    "PSTE": _tables("pastes", "paste", "paste"),
+    "MOCK": _tables("Pholio mocks", "pholio", "pholio_mock", "pholio_transaction"),
+    "FILE": _tables("files", "file", "file"),
+    "HWBH": _tables("webhooks", "herald", "herald_webhook", "herald_webhooktransaction"),
+    "BDGE": _tables("badges", "badges", "badges_badge", "badges_transaction"),
+    "CONP": _tables("Conpherence rooms", "conpherence", "conpherence_thread", "conpherence_transaction"),
+    "CDWN": _tables("countdowns", "countdown", "countdown"),
+    "DSHB": _tables("dashboards", "dashboard", "dashboard"),
+    "LEGD": _tables("Legalpad documents", "legalpad", "legalpad_document", "legalpad_transaction"),
+    "POLL": _tables("Slowvote polls", "slowvote", "slowvote_poll", "slowvote_transaction"),
+}
+
+
+class PhorgeObjects:
+    """The ObjectLookup of the Dispatcher: PHP's object check and transaction query, read-only."""
+
+    def __init__(self, namespace: str, *, connection: ConnectionSource | None = None) -> None:
+        self.namespace = namespace
+        self._connection = connection or _default_connection
+        self._logged = _OnceLog()
+        self._unreadable: dict[str, float] = {}
+
+    def _known_unreadable(self, table: str) -> bool:
+        return self._unreadable.get(table, 0.0) > time.monotonic()
+
+    def transactions(self, object_phid: str, stored: Any) -> list[Any] | None:
+        phid_type = phid_get_type(object_phid)
+        tables = OBJECT_TABLES.get(phid_type)
+        if tables is None:
+            if self._logged.first(f"type {phid_type}"):
+                logger.info(
+                    "no object lookup for this PHID type: its stored transactions are sent, newest first, unchecked",
+                    extra={"phid_type": phid_type},
+                )
+            return transactions_newest_first(stored)
+        connection = self._connection
+        objects = qualified(self.namespace, tables.object_app, tables.object_table)
+        if self._known_unreadable(objects):
+            return transactions_newest_first(stored)
+        try:
+            found = _select(connection, f"SELECT 1 FROM {objects} WHERE phid = %s LIMIT 1", [object_phid])
+        except _NoAccessError as exc:
+            return self._fall_back(objects, tables, phid_type, exc, stored, objects_checked=False)
+        if not found:
+            return None
+        wanted = list(dict.fromkeys(value for value in stored_values(stored) if isinstance(value, str)))
+        if not wanted:
+            return []
+        xactions = qualified(self.namespace, tables.xaction_app, tables.xaction_table)
+        if self._known_unreadable(xactions):
+            return transactions_newest_first(stored)
+        marks = ", ".join(["%s"] * len(wanted))
+        try:
+            rows = _select(
+                connection,
+                f"SELECT phid FROM {xactions} WHERE objectPHID = %s AND phid IN ({marks}) ORDER BY id DESC",
+                [object_phid, *wanted],
+            )
+        except _NoAccessError as exc:
+            return self._fall_back(xactions, tables, phid_type, exc, stored, objects_checked=True)
+        return [text(phid) for (phid,) in rows]
+
+    def _fall_back(
+        self,
+        table: str,
+        tables: ObjectTables,
+        phid_type: str,
+        exc: _NoAccessError,
+        stored: Any,
+        *,
+        objects_checked: bool,
+    ) -> list[Any]:
+        # Don't pay a failing round trip per delivery: look again only after a while (grants change).
+        self._unreadable[table] = time.monotonic() + UNREADABLE_RECHECK_SEC
+        if exc.code is None:
+            if self._logged.first("no mysql"):
+                logger.info(
+                    "Phorge's application databases are not on this database server: "
+                    "the stored transactions are sent, newest first, unchecked, and objects are not checked"
+                )
+        elif self._logged.first(f"table {table}"):
+            lost = "" if objects_checked else ", and deleted objects are not detected"
+            logger.warning(
+                f"cannot read {table} (no SELECT grant, or no such table): for {tables.label}, the stored "
+                f"transactions are sent, newest first, unchecked{lost}",
+                extra={"phid_type": phid_type, "mysql_error": exc.code},
+            )
+        return transactions_newest_first(stored)

@@ -1,0 +1,59 @@
+"""What the web side knows of Phorge beyond its herald rows: its settings in force, whether its own PHP
+worker delivers too, and whether its herald database answers at all. One reader of each per process, so
+their short caches spare Phorge's databases however many pages ask.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from django.conf import settings
+from django.db import DatabaseError, connections
+
+from .config import PHORGE_ALIAS, DeliveryConfig
+from .phorge_config import PhorgeConfig, PhorgeSettings
+from .php_guard import PhpWorkerGuard
+from .state import PhpDelivery
+
+
+@functools.cache
+def _phorge_settings(config: DeliveryConfig) -> PhorgeSettings:
+    return PhorgeSettings(config)  # one per process and configuration, cached a few seconds
+
+
+def phorge_settings() -> PhorgeConfig | None:
+    """Phorge's settings in force (silent mode, blacklist, base URI, retention) and where each came from;
+    None when Phorge's database is unreachable."""
+    try:
+        return _phorge_settings(settings.GORGE_WEBHOOK).current()
+    except DatabaseError:
+        return None
+
+
+def phorge_base_uri() -> str | None:
+    """Phorge's `phabricator.base-uri` (for links into its UI), when it is known."""
+    resolved = phorge_settings()
+    return None if resolved is None else resolved.base_uri.value
+
+
+@functools.cache
+def _php_guard(namespace: str) -> PhpWorkerGuard:
+    return PhpWorkerGuard(namespace)  # one per process, so its short cache spares the database
+
+
+def php_delivery_state() -> PhpDelivery:
+    """Whether Phorge's PHP HeraldWebhookWorker is delivering too, from `<ns>_worker`.
+
+    Never raises: a missing grant or an unreachable database reads "unknown", never "idle".
+    """
+    try:
+        return _php_guard(settings.GORGE_WEBHOOK.namespace).current()
+    except DatabaseError:
+        return PhpDelivery.unknown("Phorge's worker database is unreachable")
+
+
+def phorge_database_answers() -> None:
+    """Raises DatabaseError unless Phorge's herald database answers a trivial query."""
+    with connections[PHORGE_ALIAS].cursor() as cursor:
+        cursor.execute("SELECT 1", {})
+        cursor.fetchall()

@@ -1,0 +1,139 @@
+"""Whether Phorge's own PHP daemon still runs `HeraldWebhookWorker` tasks: the handover guard.
+
+Read-only, from Phorge's `<namespace>_worker` tables through phorge_access.py; without the grant the state
+is "unknown", never "idle".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from .herald import text
+from .phorge_access import (
+    CACHE_SEC,
+    UNREADABLE_RECHECK_SEC,
+    ConnectionSource,
+    _default_connection,
+    _NoAccessError,
+    _select,
+    qualified,
+)
+from .state import PhpDelivery, PhpState
+
+# The name operators filter on today; it changes when the modules move into subpackages (issue 21).
+logger = logging.getLogger(__name__)
+
+WEBHOOK_TASK_CLASS = "HeraldWebhookWorker"
+ARCHIVE_RESULT_CANCELLED = 2  # PhabricatorWorkerArchiveTask::RESULT_CANCELLED (bin/worker cancel)
+RECENT_ARCHIVE_SEC = 15 * 60
+ACTIVE_ARCHIVE_SEC = 60
+
+
+class PhpWorkerGuard:
+    """Whether Phorge's PHP daemon is (still) delivering webhooks: the handover check.
+
+    "active": HeraldWebhookWorker tasks are queued or leased in Phorge (phd will run them), or phd
+    finished one in the last minute. "recent": phd finished one in the last 15 minutes (`last_delivery`
+    says when; tasks cancelled with `bin/worker cancel` do not count). "idle": neither. "unknown": the
+    worker tables cannot be read (never reported as idle).
+
+    `live_tasks()` names the requests that still have such a task: those are PHP's to deliver. `watch()`
+    (the worker's poll loop) refreshes `latest()`, which delivery threads read.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        *,
+        connection: ConnectionSource | None = None,
+        ttl: float = CACHE_SEC,
+        recent_sec: int = RECENT_ARCHIVE_SEC,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.active_table = qualified(namespace, "worker", "worker_activetask")
+        self.archive_table = qualified(namespace, "worker", "worker_archivetask")
+        self.recent_sec = recent_sec
+        self._connection = connection or _default_connection
+        self._ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cached: tuple[float, PhpDelivery] | None = None
+        self._unreadable_until = 0.0
+
+    def active_sql(self) -> str:
+        # key `taskClass`; "leased" = claimed by a phd worker whose lease has not run out.
+        return (
+            "SELECT COUNT(*), COALESCE(SUM(leaseOwner IS NOT NULL AND leaseExpires > UNIX_TIMESTAMP()), 0), "
+            f"UNIX_TIMESTAMP() FROM {self.active_table} WHERE taskClass = %s"
+        )
+
+    def archive_sql(self) -> str:
+        # key `key_modified`: archiving inserts the row, so dateModified is the time phd finished it.
+        return (
+            f"SELECT COUNT(*), MAX(dateModified) FROM {self.archive_table} "
+            "WHERE dateModified >= UNIX_TIMESTAMP() - %s AND taskClass = %s AND result <> %s"
+        )
+
+    def current(self) -> PhpDelivery:
+        """The state now, cached a few seconds."""
+        with self._lock:
+            now = self._clock()
+            if self._cached is not None and now - self._cached[0] < self._ttl:
+                return self._cached[1]
+            state = self._read()
+            self._cached = (now, state)
+            return state
+
+    def _read(self) -> PhpDelivery:
+        connection = self._connection
+        try:
+            ((active, leased, db_now),) = _select(connection, self.active_sql(), [WEBHOOK_TASK_CLASS])
+        except _NoAccessError:
+            return PhpDelivery.unknown(f"cannot read {self.active_table} (no SELECT grant, or not Phorge's database)")
+        active, leased, db_now = int(active), int(leased), int(db_now)
+        try:
+            ((archived, latest),) = _select(
+                connection, self.archive_sql(), [self.recent_sec, WEBHOOK_TASK_CLASS, ARCHIVE_RESULT_CANCELLED]
+            )
+            recent: int | None = int(archived)
+            last: int | None = None if latest is None else int(latest)
+        except _NoAccessError:
+            recent = last = None
+        minutes = self.recent_sec // 60
+        parts = [f"{active} HeraldWebhookWorker task(s) queued in Phorge ({leased} leased by phd)"]
+        if recent is None:
+            parts.append(f"cannot read {self.archive_table}")
+        else:
+            parts.append(f"{recent} run by phd in the last {minutes} min")
+        state: PhpState
+        if active or (last is not None and last >= db_now - ACTIVE_ARCHIVE_SEC):
+            state = "active"
+        elif last is not None:
+            state = "recent"
+        elif recent is None:
+            state = "unknown"
+        else:
+            state = "idle"
+        return PhpDelivery(state, active, leased, recent, last, "; ".join(parts))
+
+    def live_tasks(self, request_phids: Iterable[str]) -> set[str] | None:
+        """The requests among these that have a queued or leased HeraldWebhookWorker task (key_object);
+        None when the worker tables cannot be read."""
+        phids = list(request_phids)
+        if self._unreadable_until > self._clock():
+            return None
+        if not phids:
+            return set()
+        sql = (
+            f"SELECT objectPHID FROM {self.active_table} "
+            f"WHERE objectPHID IN ({', '.join(['%s'] * len(phids))}) AND taskClass = %s"
+        )
+        try:
+            rows = _select(self._connection, sql, [*phids, WEBHOOK_TASK_CLASS])
+        except _NoAccessError:
+            self._unreadable_until = self._clock() + UNREADABLE_RECHECK_SEC
+            return None
+        return {text(phid) for (phid,) in rows}

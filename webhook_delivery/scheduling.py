@@ -1,0 +1,187 @@
+"""Which hooks the worker's main loop hands to a delivery thread now, and in what order.
+
+One job per hook at a time; hooks that are busy, whose lock another process holds, in Phorge's error
+backoff, misconfigured or held by an operator never hold back the others, and capacity is shared out by
+lanes (Lanes) so that hooks whose receivers fail or hang cannot take it all. Main thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+
+from . import metrics
+from .attempts import AttemptLog
+from .herald import Hook, RequestResult
+from .job import Job, JobResult, Lane
+from .metrics import Counters
+
+# The name operators filter on today; it changes when the modules move into subpackages (issue 21).
+logger = logging.getLogger(__name__)
+
+LOCK_BUSY_SKIP_SEC = 1.0
+
+
+class Lanes:
+    """In-flight capacity shared out by what each hook's last attempt did.
+
+    Hooks whose last attempt failed or timed out get at most a quarter of it and take turns, least
+    recently tried first; with hooks this process has not heard from yet they get at most three quarters.
+    So hooks that answer always find a quarter free, however many receivers hang, and a hook that answers
+    for the first time is only ever behind hooks that were new at the same moment.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.failing_limit = max(1, capacity // 4)
+        self.unproven_limit = max(1, capacity - capacity // 4)
+        self.running: Counter[Lane] = Counter()
+        self.answering: dict[str, bool] = {}
+        self.last_turn: dict[str, float] = {}
+
+    def lane(self, hook_phid: str, last_result: str) -> Lane:
+        known = self.answering.get(hook_phid)
+        if known is None:
+            # After a restart, a row that failed last time says how its hook was doing.
+            return Lane.FAILING if last_result == RequestResult.FAIL else Lane.NEW
+        return Lane.ANSWERING if known else Lane.FAILING
+
+    def admits(self, lane: Lane) -> bool:
+        if self.running.total() >= self.capacity:
+            return False
+        unproven = self.running[Lane.FAILING] + self.running[Lane.NEW]
+        if lane is Lane.FAILING:
+            return self.running[Lane.FAILING] < self.failing_limit and unproven < self.unproven_limit
+        if lane is Lane.NEW:
+            return unproven < self.unproven_limit
+        return True
+
+    def start(self, lane: Lane, hook_phid: str) -> None:
+        self.running[lane] += 1
+        self.last_turn[hook_phid] = time.monotonic()
+
+    def finish(self, lane: Lane, hook_phid: str, answered: bool | None) -> None:
+        self.running[lane] -= 1
+        if answered is not None:
+            self.answering[hook_phid] = answered
+
+    def order(self, candidates: list[tuple[int, str, Lane]]) -> list[tuple[str, Lane]]:
+        """Failing hooks first (they are capped), least recently tried first; then new and answering hooks,
+        oldest request first."""
+        failing = sorted(
+            (self.last_turn.get(hook, 0.0), first, hook) for first, hook, lane in candidates if lane is Lane.FAILING
+        )
+        others = [(hook, lane) for _first, hook, lane in candidates if lane is not Lane.FAILING]
+        return [(hook, Lane.FAILING) for _turn, _first, hook in failing] + others
+
+
+class Scheduler:
+    """The lanes and each hook's scheduling state: which hooks may have a job now, in what order, and what
+    a finished job says about its hook (lock busy, error backoff entered or left)."""
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        estimated_now: Callable[[], int],
+        counters: Counters,
+        attempts: AttemptLog | None = None,
+    ) -> None:
+        self.lanes = Lanes(capacity)
+        self.busy_hooks: set[str] = set()
+        self.skip_until: dict[str, float] = {}
+        self.backoff_until: dict[str, int] = {}
+        self.misconfigured: set[str] = set()
+        self.held: frozenset[str] = frozenset()  # held by an operator (manage.py hold_webhooks)
+        self._estimated_now = estimated_now
+        self._counters = counters
+        self._attempts = attempts
+
+    # -- what may run ------------------------------------------------------------------------------
+
+    def hold(self, held: frozenset[str]) -> None:
+        """The hooks held by an operator now: nothing of theirs is claimed."""
+        self.held = held
+
+    def schedulable(self, hook_phid: str) -> bool:
+        if hook_phid in self.busy_hooks or hook_phid in self.misconfigured or hook_phid in self.held:
+            return False
+        if self.skip_until.get(hook_phid, 0.0) > time.monotonic():
+            return False
+        return self.backoff_until.get(hook_phid, 0) <= self._estimated_now()
+
+    def order(self, candidates: Iterable[tuple[int, str, str]]) -> list[tuple[str, Lane]]:
+        """The candidates (oldest due id, hook, that row's last result) with their lanes, in turn order."""
+        return self.lanes.order([(first, hook, self.lanes.lane(hook, last)) for first, hook, last in candidates])
+
+    def admits(self, lane: Lane) -> bool:
+        return self.lanes.admits(lane)
+
+    def full(self) -> bool:
+        return self.in_flight() >= self.lanes.capacity
+
+    def in_flight(self) -> int:
+        return self.lanes.running.total()
+
+    def note_misconfigured(self, hooks: Mapping[str, Hook], candidates: list[tuple[int, str]]) -> bool:
+        """Track hooks with an empty HMAC key (never called unsigned); True if a candidate is one."""
+        unsigned = {phid for phid, hook in hooks.items() if not hook.hmac_key}
+        waiting = {hook for _first, hook in candidates}
+        for phid in (unsigned - self.misconfigured) & waiting:
+            logger.error(
+                "hook has an empty HMAC key: its requests stay queued until a key is set",
+                extra={"hook": phid, "hook_name": hooks[phid].name},
+            )
+        for phid in self.misconfigured - unsigned:
+            logger.info("hook has an HMAC key again: delivering its requests", extra={"hook": phid})
+        self.misconfigured = unsigned
+        metrics.HOOKS_MISCONFIGURED.set(len(unsigned))
+        return bool(unsigned & waiting)
+
+    # -- jobs ----------------------------------------------------------------------------------------
+
+    def start(self, job: Job) -> None:
+        self.busy_hooks.add(job.hook_phid)
+        self.lanes.start(job.lane, job.hook_phid)
+
+    def finish(self, job: Job, result: JobResult) -> None:
+        """What the finished job says about its hook; the window's part is settled by the caller."""
+        self.busy_hooks.discard(job.hook_phid)
+        self.lanes.finish(job.lane, job.hook_phid, result.answered)
+        if result.lock_busy:
+            self._counters.record("lock_busy")
+            self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC
+        if result.lock_lost:
+            self._counters.record("degraded.lock_lost")
+        if result.breaker_closed and job.hook_phid in self.backoff_until:
+            del self.backoff_until[job.hook_phid]
+            logger.info("hook left error backoff", extra={"hook": job.hook_phid})
+        if result.backoff_until is not None:
+            self._counters.record("breaker_skips")
+            if job.hook_phid not in self.backoff_until:
+                logger.warning(
+                    "hook entered error backoff: too many recent failures",
+                    extra={"hook": job.hook_phid, "until_epoch": result.backoff_until},
+                )
+                if self._attempts is not None:
+                    self._attempts.breaker_entered(job.hook_phid, result.backoff_until)
+            self.backoff_until[job.hook_phid] = result.backoff_until
+        metrics.HOOKS_IN_BACKOFF.set(len(self.backoff_until))
+        self.set_in_flight_metrics()
+
+    def set_in_flight_metrics(self) -> None:
+        metrics.IN_FLIGHT.set(self.in_flight())
+        for lane in Lane:
+            metrics.LANE_IN_FLIGHT.labels(lane.value).set(self.lanes.running[lane])
+
+    # -- for the heartbeat ---------------------------------------------------------------------------
+
+    def lanes_in_flight(self) -> dict[str, int]:
+        return {lane.value: self.lanes.running[lane] for lane in Lane}
+
+    def lock_busy(self) -> list[str]:
+        """Hooks skipped for now because another process holds their lock."""
+        now = time.monotonic()
+        return sorted(phid for phid, until in self.skip_until.items() if until > now)
