@@ -11,8 +11,8 @@ from typing import Any
 import MySQLdb
 
 from bench.common import BenchError, connect
-from webhook_delivery import seeding
-from webhook_delivery.payload import build_payload, sign, transactions_newest_first
+from webhook_delivery.phorge import seeding
+from webhook_delivery.phorge.payload import build_payload, sign, transactions_newest_first
 from webhook_delivery.sql import PHORGE_SCHEMA
 
 TRANSACTIONS_PER_ROW = 6  # brings the payload to ~600 bytes, the size the reference rate uses

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from webhook_delivery.payload import SIGNATURE_HEADER as SIGNATURE_HEADER
+from webhook_delivery.phorge.payload import SIGNATURE_HEADER as SIGNATURE_HEADER
 
 
 @dataclass(frozen=True)

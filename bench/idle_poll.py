@@ -24,9 +24,9 @@ def main() -> None:
     from django.conf import settings
     from django.db import connections
 
-    from webhook_delivery.herald import REQUESTS
-    from webhook_delivery.store import Store
-    from webhook_delivery.window import QueueWindow
+    from webhook_delivery.phorge.herald import REQUESTS
+    from webhook_delivery.worker.store import Store
+    from webhook_delivery.worker.window import QueueWindow
 
     config = settings.GORGE_WEBHOOK
     window = QueueWindow(Store(), lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)

@@ -90,11 +90,13 @@ def run_worker(args: argparse.Namespace, workdir: Path) -> None:
     logging.getLogger().handlers[0].setStream(open(workdir / "worker.log", "a"))
     from django.conf import settings
 
-    from webhook_delivery import job, payload, transport, worker
-    from webhook_delivery.dispatcher import Dispatcher
-    from webhook_delivery.sessions import LockSession
-    from webhook_delivery.store import Store
-    from webhook_delivery.window import QueueWindow
+    from webhook_delivery.phorge import payload
+    from webhook_delivery.worker import job, transport
+    from webhook_delivery.worker import loop as worker
+    from webhook_delivery.worker.dispatcher import Dispatcher
+    from webhook_delivery.worker.sessions import LockSession
+    from webhook_delivery.worker.store import Store
+    from webhook_delivery.worker.window import QueueWindow
 
     timers = Timers()
     for name in (
@@ -120,7 +122,7 @@ def run_worker(args: argparse.Namespace, workdir: Path) -> None:
     timers.wrap(job.JobRunner, "_record", "job._record (metrics + log line)")
     timers.wrap(worker.Worker, "_poll_and_schedule", "worker._poll_and_schedule (main thread)")
     # The dispatcher module imported these names directly: wrap its references too.
-    import webhook_delivery.dispatcher as dispatcher_module
+    import webhook_delivery.worker.dispatcher as dispatcher_module
 
     dispatcher_module.build_payload = payload.build_payload
     dispatcher_module.sign = payload.sign

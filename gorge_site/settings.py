@@ -60,7 +60,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "webhook_delivery",
-    "webhook_delivery.status",
+    "webhook_delivery.records",
     "webhook_delivery.alerts",
     "webhook_delivery.phorge_auth",
     "axes",

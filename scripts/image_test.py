@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import testdb
-from webhook_delivery import seeding
 from webhook_delivery.demo.receiver import DemoReceiver
+from webhook_delivery.phorge import seeding
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "docker.io/library/python:3.11-slim-bookworm"

@@ -22,7 +22,7 @@ def main() -> None:
     from django.conf import settings
     from prometheus_client import REGISTRY
 
-    from webhook_delivery.attempts import FLUSH_SEC, AttemptLog, AttemptRecord
+    from webhook_delivery.worker.attempts import FLUSH_SEC, AttemptLog, AttemptRecord
 
     prefix = sys.argv[1]
 

@@ -16,8 +16,8 @@ from django.db import connections
 from tests.helpers import CHROMIUM, CHROMIUM_ARGS, Phorge, mysql_admin, throwaway_name, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
-from webhook_delivery import phorge_status
-from webhook_delivery.seeding import create_herald_tables
+from webhook_delivery.phorge.seeding import create_herald_tables
+from webhook_delivery.web import phorge_status
 
 
 @pytest.fixture(scope="session")
@@ -118,7 +118,7 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., Any]]:
 @pytest.fixture(autouse=True)
 def _fresh_web_metrics() -> None:
     """The web metrics are read at most once per few seconds; each test starts without a cached read."""
-    from webhook_delivery.web_metrics import COLLECTOR
+    from webhook_delivery.web.metrics import COLLECTOR
 
     COLLECTOR.forget()
 

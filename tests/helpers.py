@@ -1,4 +1,4 @@
-"""Helpers of the suite: Phorge's herald tables seeded (through webhook_delivery.seeding) and read the way
+"""Helpers of the suite: Phorge's herald tables seeded (through webhook_delivery.phorge.seeding) and read the way
 Phorge writes them, an admin connection to the test server (tests/testdb.py), and the environment of the
 worker processes. Fixtures live in conftest.py."""
 
@@ -14,10 +14,10 @@ from django.conf import settings
 from django.db import connections
 
 from tests import testdb
-from webhook_delivery import seeding
-from webhook_delivery.herald import RequestRow
-from webhook_delivery.seeding import PHID_ALPHABET as PHID_ALPHABET  # the suite's PHIDs are Phorge's
-from webhook_delivery.seeding import random_phid as random_phid
+from webhook_delivery.phorge import seeding
+from webhook_delivery.phorge.herald import RequestRow
+from webhook_delivery.phorge.seeding import PHID_ALPHABET as PHID_ALPHABET  # the suite's PHIDs are Phorge's
+from webhook_delivery.phorge.seeding import random_phid as random_phid
 
 
 def mysql_admin(database: str | None = None) -> Any:

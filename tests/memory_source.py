@@ -9,7 +9,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
-from webhook_delivery.herald import RequestRow
+from webhook_delivery.phorge.herald import RequestRow
 
 
 class MemorySource:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook_delivery.seeding import random_phid
+from webhook_delivery.phorge.seeding import random_phid
 from webhook_delivery.sql import PHORGE_APP_SCHEMA
 
 APP_SCHEMA = PHORGE_APP_SCHEMA

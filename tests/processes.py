@@ -13,7 +13,7 @@ from typing import Any
 from django.db import connections
 
 from tests.helpers import Phorge, worker_env
-from webhook_delivery import seeding
+from webhook_delivery.phorge import seeding
 
 ROOT = Path(__file__).resolve().parent.parent
 

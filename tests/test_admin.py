@@ -10,7 +10,7 @@ import pytest
 from tests.helpers import PHORGE_DB, Phorge
 from tests.ui_helpers import properties
 from webhook_delivery.models import HeraldWebhook, HeraldWebhookRequest
-from webhook_delivery.status.models import WorkerHeartbeat
+from webhook_delivery.records.models import WorkerHeartbeat
 
 pytestmark = [PHORGE_DB]
 BASE = "/admin/webhook_delivery"

@@ -103,7 +103,7 @@ def test_each_alert_has_a_severity_and_says_what_happened_without_a_uri() -> Non
 
 @PHORGE_DB
 def test_every_metric_the_rules_use_is_exported_with_the_labels_they_match(phorge: Phorge) -> None:
-    from webhook_delivery import metrics as worker_metrics
+    from webhook_delivery.worker import metrics as worker_metrics
 
     label_names = declared_labels(worker_metrics)
     registries = [REGISTRY]

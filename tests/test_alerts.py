@@ -590,7 +590,7 @@ def test_alerts_holds_and_losses_are_shown_where_operators_look(
     phorge: Phorge, receiver: Receiver, chat: Chat, client: Any, django_user_model: Any, settings: Any
 ) -> None:
     from tests.helpers import viewer
-    from webhook_delivery.status.holds import hold
+    from webhook_delivery.records.holds import hold
 
     hook = failing_hook(phorge, receiver, "shown")
     settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3, service_token="t0ken")

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import PHORGE_DB, Phorge
-from webhook_delivery.history import Latency, latency
-from webhook_delivery.status.models import BreakerEvent, DeliveryAttempt
+from webhook_delivery.records.models import BreakerEvent, DeliveryAttempt
+from webhook_delivery.web.history import Latency, latency
 
 pytestmark = PHORGE_DB
 TOKEN = "pages-test-t0ken"

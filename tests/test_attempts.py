@@ -14,9 +14,9 @@ from prometheus_client import REGISTRY
 
 from tests.helpers import PHORGE_DB, Phorge
 from tests.receiver import Receiver
-from webhook_delivery.attempts import prune
-from webhook_delivery.status.models import DeliveryAttempt
-from webhook_delivery.worker import Worker
+from webhook_delivery.records.models import DeliveryAttempt
+from webhook_delivery.worker.attempts import prune
+from webhook_delivery.worker.loop import Worker
 
 pytestmark = PHORGE_DB
 
@@ -132,7 +132,7 @@ def test_retention_keeps_the_days_and_the_count_per_hook(phorge: Phorge, deliver
 
 
 def test_the_writer_names_every_column_of_the_model() -> None:
-    from webhook_delivery.attempts import COLUMNS
+    from webhook_delivery.worker.attempts import COLUMNS
 
     model = {field.column for field in DeliveryAttempt._meta.concrete_fields if not field.primary_key}
     assert set(COLUMNS) == model and len(COLUMNS) == len(model)

@@ -23,13 +23,13 @@ from django.test import Client
 
 from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
 from tests.receiver import Receiver
-from webhook_delivery.dispatcher import Dispatcher
-from webhook_delivery.job import Job, JobRunner
-from webhook_delivery.locks import webhook_lock_name
-from webhook_delivery.metrics import Counters
-from webhook_delivery.sessions import LockSession, SessionPool
-from webhook_delivery.store import Store
-from webhook_delivery.worker import Worker
+from webhook_delivery.phorge.locks import webhook_lock_name
+from webhook_delivery.worker.dispatcher import Dispatcher
+from webhook_delivery.worker.job import Job, JobRunner
+from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.metrics import Counters
+from webhook_delivery.worker.sessions import LockSession, SessionPool
+from webhook_delivery.worker.store import Store
 
 pytestmark = PHORGE_DB
 ROOT = Path(__file__).resolve().parent.parent
@@ -423,7 +423,7 @@ def test_metrics_read_phorge_at_most_once_per_few_seconds(phorge: Phorge, client
     from django.db import connections
     from django.test.utils import CaptureQueriesContext
 
-    from webhook_delivery.web_metrics import COLLECTOR
+    from webhook_delivery.web.metrics import COLLECTOR
 
     phorge.request(phorge.hook("http://example.com/"))
     COLLECTOR.forget()
@@ -441,7 +441,7 @@ def test_metrics_read_phorge_at_most_once_per_few_seconds(phorge: Phorge, client
 
 def test_nat64_and_6to4_addresses_are_judged_by_the_ipv4_address_they_reach() -> None:
     from webhook_delivery.config import default_blacklist, parse_blacklist
-    from webhook_delivery.netguard import is_blocked, local_gaps
+    from webhook_delivery.phorge.netguard import is_blocked, local_gaps
 
     default = default_blacklist()
     public, private = "93.184.216.34", "10.1.2.3"
@@ -480,7 +480,7 @@ def test_an_ipv4_only_blacklist_is_warned_about_at_start_up() -> None:
 
 def test_the_example_blacklist_blocks_every_way_to_this_host_and_a_blank_value_is_an_error() -> None:
     from webhook_delivery.config import load_config, parse_blacklist
-    from webhook_delivery.netguard import is_blocked, local_gaps
+    from webhook_delivery.phorge.netguard import is_blocked, local_gaps
 
     line = next(
         line for line in (ROOT / ".env.example").read_text().splitlines() if "GORGE_WEBHOOK_OUTBOUND_BLACKLIST=" in line
@@ -499,7 +499,7 @@ def test_the_example_blacklist_blocks_every_way_to_this_host_and_a_blank_value_i
 
 
 def test_international_names_follow_idna_2008() -> None:
-    from webhook_delivery.netguard import parse_target
+    from webhook_delivery.phorge.netguard import parse_target
 
     assert parse_target("http://faß.de/").host == "xn--fa-hia.de"  # IDNA 2003 would say fass.de
     assert parse_target("https://bücher.example/x").host == "xn--bcher-kva.example"

@@ -11,8 +11,8 @@ import pytest
 from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
 from tests.receiver import Receiver
 from tests.ui_helpers import seed_bulk
-from webhook_delivery.status.models import WorkerHeartbeat
-from webhook_delivery.worker import Worker
+from webhook_delivery.records.models import WorkerHeartbeat
+from webhook_delivery.worker.loop import Worker
 
 pytestmark = [PHORGE_DB, pytest.mark.browser]
 

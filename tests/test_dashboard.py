@@ -14,10 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from tests.helpers import PHORGE_DB, Phorge, as_request_row
 from tests.ui_helpers import full_scans, logged_attempt, properties, seed_bulk, seed_contract
 from tests.urlwalk import every_page, is_public
-from webhook_delivery import dashboard, phorge_status, selectors
-from webhook_delivery.herald import is_due, next_due
+from webhook_delivery.phorge.herald import is_due, next_due
+from webhook_delivery.records.models import DeliveryAttempt
 from webhook_delivery.state import PhpDelivery
-from webhook_delivery.status.models import DeliveryAttempt
+from webhook_delivery.web import dashboard, phorge_status, selectors
 
 pytestmark = [PHORGE_DB]
 

@@ -22,7 +22,7 @@ import pytest
 
 from tests.processes import WorkerProcess, wait_for
 from tests.receiver import Receiver
-from webhook_delivery import seeding
+from webhook_delivery.phorge import seeding
 
 pytestmark = [pytest.mark.slow, pytest.mark.database_server]
 NAMESPACE = "outage"

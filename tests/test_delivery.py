@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from tests.helpers import PHORGE_DB, Phorge
 from tests.receiver import Receiver
-from webhook_delivery.herald import Dialect, RequestRow, backoff_until, counts_toward_breaker, is_due, next_due
-from webhook_delivery.store import Store
-from webhook_delivery.worker import Worker
+from webhook_delivery.phorge.herald import Dialect, RequestRow, backoff_until, counts_toward_breaker, is_due, next_due
+from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.store import Store
 
 pytestmark = PHORGE_DB
 

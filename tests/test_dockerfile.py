@@ -258,7 +258,7 @@ def test_dockerignore_keeps_local_state_and_secrets_out() -> None:
         assert dockerignore_excludes(path), f"{path} would reach the build context"
     for path in ("db.sqlite3", "webhook_delivery/__pycache__/store.cpython-311.pyc"):
         assert dockerignore_excludes(path), f"{path} would reach the build context"
-    for path in ("manage.py", "webhook_delivery/store.py", ".env.example"):
+    for path in ("manage.py", "webhook_delivery/worker/store.py", ".env.example"):
         assert not dockerignore_excludes(path), f"{path} is kept out of the build context"
 
 

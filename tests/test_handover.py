@@ -14,9 +14,9 @@ from django.conf import settings
 from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
-from webhook_delivery import phorge_status, selectors
 from webhook_delivery.config import default_blacklist
-from webhook_delivery.worker import Worker
+from webhook_delivery.web import phorge_status, selectors
+from webhook_delivery.worker.loop import Worker
 
 pytestmark = PHORGE_DB
 TOKEN = "handover-t0ken"

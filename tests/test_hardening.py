@@ -170,7 +170,7 @@ def test_a_unicode_digit_transaction_key_is_unsendable_without_a_traceback(
     import dataclasses
     import logging
 
-    from webhook_delivery.worker import Worker
+    from webhook_delivery.worker.loop import Worker
 
     caplog.set_level(logging.DEBUG)
     properties = UNICODE_DIGIT_KEYS[name]
@@ -188,7 +188,7 @@ def test_a_unicode_digit_transaction_key_is_unsendable_without_a_traceback(
 
 
 def test_transaction_ids_of_any_length_are_ordered_without_int() -> None:
-    from webhook_delivery.payload import transactions_newest_first
+    from webhook_delivery.phorge.payload import transactions_newest_first
 
     long_id = "9" * 5000  # beyond int()'s 4300 digits
     stored = {"2": "PHID-b", long_id: "PHID-long", "010": "PHID-ten", "1": "PHID-a"}
@@ -287,7 +287,7 @@ def test_text_log_lines_escape_control_characters_from_phorge_rows(phorge: Any, 
 
     from tests.receiver import Receiver
     from webhook_delivery.logformat import JsonFormatter, TextFormatter
-    from webhook_delivery.worker import Worker
+    from webhook_delivery.worker.loop import Worker
 
     records: list[logging.LogRecord] = []
 
@@ -323,7 +323,7 @@ PHORGE_HEADERS = ["Host", "User-Agent", "Accept", "Content-Type", "X-Phabricator
 
 
 def test_delivery_id_hooks_are_parsed_strictly() -> None:
-    from webhook_delivery.delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
+    from webhook_delivery.phorge.delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
 
     a, b = "PHID-HWBH-aaaaaaaaaaaaaaaaaaaa", "PHID-HWBH-bbbbbbbbbbbbbbbbbbbb"
     assert parse_delivery_id_hooks("").off and parse_delivery_id_hooks("  ").off
@@ -356,8 +356,8 @@ def test_the_delivery_id_is_sent_only_for_configured_hooks_and_is_the_same_on_ev
 ) -> None:
     import dataclasses
 
-    from webhook_delivery.delivery_id import parse_delivery_id_hooks
-    from webhook_delivery.worker import Worker
+    from webhook_delivery.phorge.delivery_id import parse_delivery_id_hooks
+    from webhook_delivery.worker.loop import Worker
 
     chosen = phorge.hook(receiver.url("/dedup/s503"))
     other = phorge.hook(receiver.url("/plain/ok"))
@@ -398,8 +398,8 @@ def test_no_delivery_id_by_default_and_for_every_hook_with_a_star(
 ) -> None:
     import dataclasses
 
-    from webhook_delivery.delivery_id import ALL
-    from webhook_delivery.worker import Worker
+    from webhook_delivery.phorge.delivery_id import ALL
+    from webhook_delivery.worker.loop import Worker
 
     assert settings.GORGE_WEBHOOK.delivery_id_hooks.off  # unset: off
     hook = phorge.hook(receiver.url("/default/ok"))
@@ -420,8 +420,8 @@ def test_the_delivery_id_is_the_same_when_a_failed_request_is_requeued(
 
     from django.core.management import call_command
 
-    from webhook_delivery.delivery_id import ALL
-    from webhook_delivery.worker import Worker
+    from webhook_delivery.phorge.delivery_id import ALL
+    from webhook_delivery.worker.loop import Worker
 
     hook = phorge.hook(receiver.url("/again/s500"))
     phid = phorge.request(hook, retry="never")
@@ -548,8 +548,8 @@ def test_a_record_that_fails_with_a_non_database_error_costs_only_itself_and_the
     import logging
     import time
 
-    from webhook_delivery.attempts import FLUSH_SEC, AttemptLog, AttemptRecord
-    from webhook_delivery.status.models import DeliveryAttempt
+    from webhook_delivery.records.models import DeliveryAttempt
+    from webhook_delivery.worker.attempts import FLUSH_SEC, AttemptLog, AttemptRecord
 
     def record(phid: str, started_at: float) -> AttemptRecord:
         return AttemptRecord(phid, "PHID-HWBH-x", "PHID-TASK-x", started_at, 1.0, "sent", "okay", "http", "200", 200)

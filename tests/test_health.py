@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers import PHORGE_DB, Phorge
 from tests.test_api import phorge_unreachable
 from tests.ui_helpers import properties, seed_contract
-from webhook_delivery import phorge_status
+from webhook_delivery.records.models import WorkerHeartbeat
 from webhook_delivery.state import PhpDelivery
-from webhook_delivery.status.models import WorkerHeartbeat
-from webhook_delivery.web_metrics import COLLECTOR
+from webhook_delivery.web import phorge_status
+from webhook_delivery.web.metrics import COLLECTOR
 
 pytestmark = PHORGE_DB
 TOKEN = "health-t0ken"

@@ -20,9 +20,9 @@ from django.core.management import CommandError, call_command
 from tests.helpers import PHORGE_DB, Phorge, random_phid, worker_env
 from tests.processes import ROOT, count_status, seed, wait_for
 from tests.receiver import Receiver
-from webhook_delivery.status.holds import REASON_MAX, active_holds, hold_of
-from webhook_delivery.status.models import HookHold
-from webhook_delivery.worker import HEARTBEAT_SEC, Worker
+from webhook_delivery.records.holds import REASON_MAX, active_holds, hold_of
+from webhook_delivery.records.models import HookHold
+from webhook_delivery.worker.loop import HEARTBEAT_SEC, Worker
 
 pytestmark = PHORGE_DB
 SEEN_WITHIN = 2 * HEARTBEAT_SEC + 2  # a heartbeat, and the poll after it, with room for a loaded machine

@@ -11,8 +11,8 @@ from django.test import Client
 
 from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.ui_helpers import logged_attempt
-from webhook_delivery import seeding
-from webhook_delivery.outcomes import http_status, is_success
+from webhook_delivery.phorge import seeding
+from webhook_delivery.phorge.outcomes import http_status, is_success
 
 pytestmark = PHORGE_DB
 

@@ -20,13 +20,13 @@ from bench.common import tcp_ports
 from tests.helpers import PHORGE_DB, Phorge, mysql_admin
 from tests.processes import WorkerProcess, count_status, seed, wait_for
 from tests.receiver import Receiver
-from webhook_delivery.dispatcher import Dispatcher
-from webhook_delivery.job import Job, JobRunner
-from webhook_delivery.locks import webhook_lock_name
-from webhook_delivery.metrics import Counters
-from webhook_delivery.sessions import LockSession, SessionPool
-from webhook_delivery.store import Store
-from webhook_delivery.worker import Worker
+from webhook_delivery.phorge.locks import webhook_lock_name
+from webhook_delivery.worker.dispatcher import Dispatcher
+from webhook_delivery.worker.job import Job, JobRunner
+from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.metrics import Counters
+from webhook_delivery.worker.sessions import LockSession, SessionPool
+from webhook_delivery.worker.store import Store
 
 pytestmark = PHORGE_DB
 

@@ -15,8 +15,8 @@ import pytest
 from tests.helpers import PHORGE_DB, Phorge, worker_env
 from tests.processes import ROOT
 from tests.receiver import Receiver
-from webhook_delivery.store import INLINE_PROPERTIES, Store
-from webhook_delivery.worker import Worker
+from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.store import INLINE_PROPERTIES, Store
 
 pytestmark = PHORGE_DB
 

@@ -19,7 +19,7 @@ from tests.receiver import Receiver
 from tests.ui_helpers import properties
 from tests.urlwalk import every_page
 from webhook_delivery.logformat import JsonFormatter
-from webhook_delivery.worker import Worker
+from webhook_delivery.worker.loop import Worker
 
 pytestmark = [PHORGE_DB]
 TOKEN = "leak-test-t0ken"

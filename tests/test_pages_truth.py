@@ -17,11 +17,11 @@ from tests.helpers import PHORGE_DB, Phorge
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from tests.ui_helpers import explain, full_scans, logged_attempt, properties
-from webhook_delivery import history, phorge_status
-from webhook_delivery.status.heartbeat import Heartbeat
-from webhook_delivery.status.models import DeliveryAttempt, WorkerHeartbeat
+from webhook_delivery.records.heartbeat import Heartbeat
+from webhook_delivery.records.models import DeliveryAttempt, WorkerHeartbeat
 from webhook_delivery.templatetags.webhook_dashboard import error_label
-from webhook_delivery.worker import Worker
+from webhook_delivery.web import history, phorge_status
+from webhook_delivery.worker.loop import Worker
 
 pytestmark = PHORGE_DB
 NOT_RECORDED = "attempts by Phorge's PHP worker are not recorded"

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook_delivery.locks import webhook_lock_name
-from webhook_delivery.payload import (
+from webhook_delivery.phorge.locks import webhook_lock_name
+from webhook_delivery.phorge.payload import (
     build_payload,
     payload_document,
     phid_get_type,
     sign,
     transactions_newest_first,
 )
-from webhook_delivery.phpjson import UndecodableProperties, decode_properties, encode_compact, encode_formatted
+from webhook_delivery.phorge.phpjson import UndecodableProperties, decode_properties, encode_compact, encode_formatted
 
 K1 = "abcdefghijklmnopqrstuvwxyz234567"
 K2 = "0123456789abcdef0123456789abcdef"

@@ -24,16 +24,11 @@ from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.processes import ROOT, wait_for
 from tests.receiver import Receiver
-from webhook_delivery import phorge_status
 from webhook_delivery.config import default_blacklist
-from webhook_delivery.locks import webhook_lock_name
-from webhook_delivery.phorge_config import (
-    REQUEST_RETENTION_SEC,
-    LocalConfigFile,
-    LocalRead,
-    resolve,
-)
-from webhook_delivery.worker import Worker
+from webhook_delivery.phorge.config import REQUEST_RETENTION_SEC, LocalConfigFile, LocalRead, resolve
+from webhook_delivery.phorge.locks import webhook_lock_name
+from webhook_delivery.web import phorge_status
+from webhook_delivery.worker.loop import Worker
 
 pytestmark = PHORGE_DB
 TABLE = "`ns_config`.`config_entry`"

@@ -19,16 +19,16 @@ from prometheus_client import REGISTRY
 from tests.helpers import PHORGE_DB, Phorge, mysql_admin, random_phid
 from tests.phorge_app_db import AppDatabases, app_schema
 from webhook_delivery.grants import grants_sql
-from webhook_delivery.phorge_config import PhorgeSettings, php_truthy
-from webhook_delivery.phorge_objects import OBJECT_TABLES, PhorgeObjects
-from webhook_delivery.php_guard import PhpWorkerGuard
-from webhook_delivery.php_watch import PhpWatch
+from webhook_delivery.phorge.config import PhorgeSettings, php_truthy
+from webhook_delivery.phorge.objects import OBJECT_TABLES, PhorgeObjects
+from webhook_delivery.phorge.php_guard import PhpWorkerGuard
+from webhook_delivery.worker.php_watch import PhpWatch
 
 pytestmark = PHORGE_DB
 
 NAMESPACE = settings.GORGE_WEBHOOK.namespace
-LOGGER = "webhook_delivery.phorge_objects"
-GUARD_LOGGER = "webhook_delivery.php_watch"
+LOGGER = "webhook_delivery.phorge.objects"
+GUARD_LOGGER = "webhook_delivery.worker.php_watch"
 XACTIONS = ("maniphest", "maniphest_transaction")
 
 
@@ -282,7 +282,7 @@ def test_silent_is_cached_for_a_few_seconds(app_db: AppDatabases) -> None:
 def test_silent_without_grant_is_unknown_and_logged_once(
     app_db: AppDatabases, herald_only_user: MariaDBUser, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="webhook_delivery.phorge_config")
+    caplog.set_level(logging.INFO, logger="webhook_delivery.phorge.config")
     app_db.config("phabricator.silent", "true")
     silent = PhorgeSettings(
         dataclasses.replace(settings.GORGE_WEBHOOK, silent=None),

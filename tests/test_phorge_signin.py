@@ -17,9 +17,9 @@ from django.contrib.sessions.models import Session
 
 from tests.helpers import PHORGE_DB, Phorge, viewer
 from tests.phorge_oauth_standin import PhorgeStandin, PhorgeUser
-from webhook_delivery.access import VIEW_PERMISSION
 from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig
 from webhook_delivery.phorge_auth.models import PhorgeAccount
+from webhook_delivery.web.access import VIEW_PERMISSION
 
 pytestmark = [PHORGE_DB, pytest.mark.browser]
 

@@ -19,8 +19,8 @@ from django.conf import settings
 from tests.helpers import PHORGE_DB, Phorge, as_request_row, mysql_admin
 from tests.processes import WorkerProcess, count_status, seed, wait_for
 from tests.receiver import Receiver
-from webhook_delivery.herald import is_due
-from webhook_delivery.locks import webhook_lock_name
+from webhook_delivery.phorge.herald import is_due
+from webhook_delivery.phorge.locks import webhook_lock_name
 
 pytestmark = [PHORGE_DB, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent

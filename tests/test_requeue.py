@@ -16,10 +16,10 @@ from django.core.management import CommandError, call_command
 from tests.helpers import PHORGE_DB, Phorge, worker_env
 from tests.processes import ROOT, wait_for
 from tests.receiver import Receiver
-from webhook_delivery.phorge_config import REQUEST_RETENTION_SEC, request_retention
-from webhook_delivery.requeue import ErrorFilter, Requeue, RequeueError, parse_when
-from webhook_delivery.store import Store
-from webhook_delivery.worker import Worker
+from webhook_delivery.phorge.config import REQUEST_RETENTION_SEC, request_retention
+from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.requeue import ErrorFilter, Requeue, RequeueError, parse_when
+from webhook_delivery.worker.store import Store
 
 pytestmark = PHORGE_DB
 NOW = 1_764_580_000  # 2025-12-01 09:06:40 UTC

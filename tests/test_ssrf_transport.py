@@ -18,11 +18,11 @@ import pytest
 from tests.helpers import PHORGE_DB, Phorge
 from tests.rawserver import RawServer, read_request
 from tests.receiver import Receiver
-from webhook_delivery import transport
 from webhook_delivery.config import default_blacklist, parse_blacklist
-from webhook_delivery.dispatcher import Dispatcher
-from webhook_delivery.netguard import InvalidURI, make_resolver, system_resolver
-from webhook_delivery.worker import Worker
+from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
+from webhook_delivery.worker import transport
+from webhook_delivery.worker.dispatcher import Dispatcher
+from webhook_delivery.worker.loop import Worker
 
 
 def attempt(uri: str, *, timeout: float = 2.0, blacklist: Any = (), resolver: Any = system_resolver) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tests.memory_source import MemorySource
-from webhook_delivery.window import GAP_SETTLE_SEC, QueueWindow, Settlement
+from webhook_delivery.worker.window import GAP_SETTLE_SEC, QueueWindow, Settlement
 
 LEASE, BACKOFF = 60, 300
 

@@ -12,9 +12,9 @@ from typing import Any
 from django.db import connections
 
 from tests.helpers import Phorge
-from webhook_delivery import seeding
-from webhook_delivery.seeding import properties as properties  # the pages' tests build theirs with it
-from webhook_delivery.status.models import DeliveryAttempt
+from webhook_delivery.phorge import seeding
+from webhook_delivery.phorge.seeding import properties as properties  # the pages' tests build theirs with it
+from webhook_delivery.records.models import DeliveryAttempt
 
 
 @dataclass

@@ -19,12 +19,12 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from . import links, phorge_status, selectors
-from .herald import text, utc
 from .models import HeraldWebhook, HeraldWebhookRequest
-from .outcomes import is_success
-from .payload import phid_get_type
-from .phpjson import UndecodableProperties, decode_properties
+from .phorge.herald import text, utc
+from .phorge.outcomes import is_success
+from .phorge.payload import phid_get_type
+from .phorge.phpjson import UndecodableProperties, decode_properties
+from .web import links, phorge_status, selectors
 
 admin.site.site_header = "gorge-webhook"
 admin.site.site_title = "gorge-webhook"

@@ -10,8 +10,8 @@ from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 
 from .config import DeliveryConfig
-from .netguard import local_gaps
-from .phorge_config import LocalConfigFile
+from .phorge.config import LocalConfigFile
+from .phorge.netguard import local_gaps
 
 
 @register()

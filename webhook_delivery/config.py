@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from .delivery_id import OFF as DELIVERY_ID_OFF
-from .delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
+from .phorge.delivery_id import OFF as DELIVERY_ID_OFF
+from .phorge.delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from .phorge_access import qualified
-from .phorge_objects import OBJECT_TABLES
+from .phorge.databases import qualified
+from .phorge.objects import OBJECT_TABLES
 
 USER_MAX_CHARS = 128  # MariaDB 10.6+ (mysql.global_priv); MySQL allows 32, and says so itself
 HOST_MAX_CHARS = 255

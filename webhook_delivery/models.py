@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import models
 
-from .herald import HOOKS, REQUESTS, HookStatus, RequestResult, RequestStatus, text
+from .phorge.herald import HOOKS, REQUESTS, HookStatus, RequestResult, RequestStatus, text
 
 
 class BinaryTextField(models.CharField):  # type: ignore[type-arg]
@@ -22,7 +22,7 @@ class BinaryTextField(models.CharField):  # type: ignore[type-arg]
 
 
 class PhorgeIsReadOnly(RuntimeError):
-    """An ORM write to one of Phorge's tables: webhook_delivery.store writes, through its own guarded SQL."""
+    """An ORM write to one of Phorge's tables: webhook_delivery.worker.store writes, through its own guarded SQL."""
 
 
 class ReadOnlyQuerySet(models.QuerySet):  # type: ignore[type-arg]

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import api, views
+from .web import api, views
 
 app_name = "webhook_delivery"
 PHID = r"PHID-[A-Z0-9]{4}-[A-Za-z0-9]{1,54}"

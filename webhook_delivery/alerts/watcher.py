@@ -1,4 +1,4 @@
-"""The alert watcher: reads Phorge's tables (read only, through webhook_delivery.selectors), decides which
+"""The alert watcher: reads Phorge's tables (read only, through webhook_delivery.web.selectors), decides which
 conditions hold, records each start and end once in Django's database, and sends one digest per channel.
 
 Runs as `manage.py watch_webhooks`, or as a daemon thread of `deliver_webhooks`:
@@ -29,12 +29,12 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F, Min, Q
 
-from .. import phorge_status, selectors
 from ..config import PHORGE_ALIAS, DeliveryConfig
-from ..health import HookHealth, QueueHealth
-from ..phorge_config import REQUEST_RETENTION_SEC
-from ..status import heartbeat
-from ..status.models import DeliveryAttempt
+from ..phorge.config import REQUEST_RETENTION_SEC
+from ..records import heartbeat
+from ..records.models import DeliveryAttempt
+from ..web import phorge_status, selectors
+from ..web.health import HookHealth, QueueHealth
 from . import metrics
 from .channels import SENDERS, ChannelError
 from .config import AlertConfig

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from webhook_delivery.payload import SIGNATURE_HEADER
+from webhook_delivery.phorge.payload import SIGNATURE_HEADER
 
 MAX_BODY = 1 << 20
 

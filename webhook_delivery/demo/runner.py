@@ -28,7 +28,7 @@ from django.db import connections
 
 from webhook_delivery.config import PHORGE_ALIAS, default_blacklist
 from webhook_delivery.sql import PHORGE_SCHEMA
-from webhook_delivery.store import Store
+from webhook_delivery.worker.store import Store
 
 from .receiver import DemoReceiver
 from .scenario import RequestState, Summary, read_requests, seed, summarize

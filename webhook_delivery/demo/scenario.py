@@ -6,9 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook_delivery import seeding
-from webhook_delivery.phpjson import decode_properties
-from webhook_delivery.seeding import random_phid
+from webhook_delivery.phorge import seeding
+from webhook_delivery.phorge.phpjson import decode_properties
+from webhook_delivery.phorge.seeding import random_phid
 
 from .receiver import DemoReceiver
 

@@ -38,7 +38,7 @@ def phorge_url(conf: PhorgeOAuthConfig | None = None) -> str:
     conf = conf or config()
     url = conf.url
     if not url:
-        from webhook_delivery.phorge_status import phorge_base_uri
+        from webhook_delivery.web.phorge_status import phorge_base_uri
 
         try:
             url = phorge_base_uri() or ""

@@ -9,10 +9,10 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString
 
-from .. import links
-from ..herald import utc
-from ..history import DeliverySeries
-from ..outcomes import HOOK_ERROR, curl_error_label, hook_error_label, http_status, is_success
+from ..phorge.herald import utc
+from ..phorge.outcomes import HOOK_ERROR, curl_error_label, hook_error_label, http_status, is_success
+from ..web import links
+from ..web.history import DeliverySeries
 
 register = template.Library()
 

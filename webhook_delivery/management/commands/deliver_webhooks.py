@@ -1,4 +1,4 @@
-"""`manage.py deliver_webhooks`: a thin command over webhook_delivery.worker.Worker."""
+"""`manage.py deliver_webhooks`: a thin command over webhook_delivery.worker.loop.Worker."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class Command(BaseCommand):
             logging.getLogger().setLevel(logging.WARNING)
         elif verbosity >= 2:
             logging.getLogger().setLevel(logging.DEBUG)
-        from webhook_delivery.worker import Worker
+        from webhook_delivery.worker.loop import Worker
 
         worker = Worker(
             settings.GORGE_WEBHOOK,

@@ -13,12 +13,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from webhook_delivery.herald import utc
-from webhook_delivery.status import holds
-from webhook_delivery.store import Store
+from webhook_delivery.phorge.herald import utc
+from webhook_delivery.records import holds
 from webhook_delivery.terminal import printable
+from webhook_delivery.worker.store import Store
 
-logger = logging.getLogger("webhook_delivery.holds")
+logger = logging.getLogger("webhook_delivery.records.holds")
 
 
 class Command(BaseCommand):

@@ -10,15 +10,15 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from webhook_delivery.herald import utc
-from webhook_delivery.phorge_config import PhorgeSettings
-from webhook_delivery.phorge_objects import PhorgeObjects
-from webhook_delivery.requeue import ErrorFilter, Plan, Requeue, RequeueError, parse_when
-from webhook_delivery.status.notices import announce
-from webhook_delivery.store import Store
+from webhook_delivery.phorge.config import PhorgeSettings
+from webhook_delivery.phorge.herald import utc
+from webhook_delivery.phorge.objects import PhorgeObjects
+from webhook_delivery.records.notices import announce
 from webhook_delivery.terminal import printable
+from webhook_delivery.worker.requeue import ErrorFilter, Plan, Requeue, RequeueError, parse_when
+from webhook_delivery.worker.store import Store
 
-logger = logging.getLogger("webhook_delivery.requeue")
+logger = logging.getLogger("webhook_delivery.worker.requeue")
 
 CONFIRM_ABOVE = 100
 LISTED = 200

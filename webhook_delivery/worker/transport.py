@@ -30,8 +30,8 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util.ssl_match_hostname import CertificateError as HostnameMismatch
 
-from .config import IPNetwork
-from .netguard import (
+from ..config import IPNetwork
+from ..phorge.netguard import (
     InvalidURI,
     IPAddress,
     Resolver,
@@ -41,8 +41,8 @@ from .netguard import (
     parse_target,
     resolve_allowed,
 )
-from .outcomes import CurlError, HttpOutcome
-from .payload import SIGNATURE_HEADER
+from ..phorge.outcomes import CurlError, HttpOutcome
+from ..phorge.payload import SIGNATURE_HEADER
 
 # Real deliveries by Phorge's daemons carry this agent (libcurl 7.88.1 is Debian 12's); some receivers
 # filter on it, so we send what PHP sends.

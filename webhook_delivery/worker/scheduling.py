@@ -12,9 +12,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
+from ..phorge.herald import Hook, RequestResult
 from . import metrics
 from .attempts import AttemptLog
-from .herald import Hook, RequestResult
 from .job import Job, JobResult, Lane
 from .metrics import Counters
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from .config import DeliveryConfig
+from ..config import DeliveryConfig
 
 LagState = Literal["healthy", "late", "stalled"]
 HookState = Literal["ok", "failing", "backoff", "misconfigured", "disabled"]

@@ -18,12 +18,12 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
+from ..alerts import selectors as alert_selectors
+from ..records import heartbeat, holds
+from ..records.heartbeat import WorkerStatus
 from . import history, phorge_status, selectors
 from .access import may_view
-from .alerts import selectors as alert_selectors
 from .health import HookHealth, QueueHealth
-from .status import heartbeat, holds
-from .status.heartbeat import WorkerStatus
 
 logger = logging.getLogger(__name__)
 

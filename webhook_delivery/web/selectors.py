@@ -25,15 +25,15 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections, transaction
 
-from .columns import Columns, Record
-from .config import PHORGE_ALIAS, DeliveryConfig
+from ..config import PHORGE_ALIAS, DeliveryConfig
+from ..phorge.columns import Columns, Record
+from ..phorge.databases import qualified
+from ..phorge.herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRow, text
+from ..phorge.payload import phid_get_type
+from ..phorge.php_guard import WEBHOOK_TASK_CLASS
+from ..phorge.phpjson import UndecodableProperties, decode_properties
+from ..records.holds import held_hook_phids
 from .health import QueueHealth, Tally, queue_health_of
-from .herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRow, text
-from .payload import phid_get_type
-from .phorge_access import qualified
-from .php_guard import WEBHOOK_TASK_CLASS
-from .phpjson import UndecodableProperties, decode_properties
-from .status.holds import held_hook_phids
 
 RECENT_FAILURES = 20
 PENDING_RESULTS = "lastRequestResult IN ('none', 'fail')"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config import DeliveryConfig
+from ..phorge.config import PhorgeConfig
+from ..records import heartbeat
+from ..records.heartbeat import WorkerStatus
+from ..state import PhpDelivery
 from . import phorge_status, selectors
-from .config import DeliveryConfig
 from .health import HookHealth, QueueHealth
 from .history import DeliverySeries, delivery_series
-from .phorge_config import PhorgeConfig
 from .selectors import RecentFailure
-from .state import PhpDelivery
-from .status import heartbeat
-from .status.heartbeat import WorkerStatus
 
 HOOKS_SHOWN = 200
 _ATTENTION = {"backoff": 0, "failing": 1, "misconfigured": 2, "ok": 3, "disabled": 4}

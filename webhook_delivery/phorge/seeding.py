@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..sql import PHORGE_SCHEMA
 from .phpjson import encode_compact
-from .sql import PHORGE_SCHEMA
 
 PHID_ALPHABET = string.ascii_lowercase + "234567"
 HOOK_TABLE = "herald_webhook"

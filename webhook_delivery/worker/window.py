@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .herald import RequestResult, RequestRow, RequestStatus, next_due
+from ..phorge.herald import RequestResult, RequestRow, RequestStatus, next_due
 
 PER_HOOK = 64
 TOTAL = 32_768

@@ -4,7 +4,7 @@ from django.db import models
 
 
 class WorkerHeartbeat(models.Model):
-    """One row per deliver_webhooks process; `state` is the JSON snapshot documented in worker.py."""
+    """One row per deliver_webhooks process; `state` is the JSON snapshot documented in state.py (WorkerState)."""
 
     worker_id = models.CharField(max_length=200, unique=True, verbose_name="worker ID")
     hostname = models.CharField(max_length=255)

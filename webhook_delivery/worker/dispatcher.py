@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from . import metrics, transport
-from .config import DeliveryConfig, IPNetwork
-from .delivery_id import HEADER as DELIVERY_ID_HEADER
-from .herald import Hook, RequestRow
-from .netguard import InvalidURI, Resolver, TemporaryDNSFailure, system_resolver
-from .outcomes import (
+from ..config import DeliveryConfig, IPNetwork
+from ..phorge.delivery_id import HEADER as DELIVERY_ID_HEADER
+from ..phorge.herald import Hook, RequestRow
+from ..phorge.netguard import InvalidURI, Resolver, TemporaryDNSFailure, system_resolver
+from ..phorge.outcomes import (
     DISABLED,
     INVALID_OBJECT,
     INVALID_URI,
@@ -28,7 +27,8 @@ from .outcomes import (
     from_http,
     retries_forever,
 )
-from .payload import build_payload, sign, transactions_newest_first
+from ..phorge.payload import build_payload, sign, transactions_newest_first
+from . import metrics, transport
 
 logger = logging.getLogger(__name__)
 _HEADER_VALUE = re.compile(r"[\x21-\x7e]{1,255}")  # visible ASCII: a PHID, never a line break

@@ -10,10 +10,10 @@ import functools
 from django.conf import settings
 from django.db import DatabaseError, connections
 
-from .config import PHORGE_ALIAS, DeliveryConfig
-from .phorge_config import PhorgeConfig, PhorgeSettings
-from .php_guard import PhpWorkerGuard
-from .state import PhpDelivery
+from ..config import PHORGE_ALIAS, DeliveryConfig
+from ..phorge.config import PhorgeConfig, PhorgeSettings
+from ..phorge.php_guard import PhpWorkerGuard
+from ..state import PhpDelivery
 
 
 @functools.cache

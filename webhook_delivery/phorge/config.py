@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from .config import DeliveryConfig, IPNetwork, parse_blacklist
+from ..config import DeliveryConfig, IPNetwork, parse_blacklist
+from .databases import CACHE_SEC, ConnectionSource, _default_connection, _NoAccessError, _select, qualified
 from .herald import text
 from .netguard import local_gaps
-from .phorge_access import CACHE_SEC, ConnectionSource, _default_connection, _NoAccessError, _select, qualified
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 
 from django.db import DatabaseError
 
+from ..phorge.php_guard import PhpWorkerGuard
+from ..state import PhpDelivery
 from . import metrics
-from .php_guard import PhpWorkerGuard
-from .state import PhpDelivery
 
 logger = logging.getLogger(__name__)
 

@@ -1,18 +1,17 @@
 """Whether Phorge's own PHP daemon still runs `HeraldWebhookWorker` tasks: the handover guard.
 
-Read-only, from Phorge's `<namespace>_worker` tables through phorge_access.py; without the grant the state
+Read-only, from Phorge's `<namespace>_worker` tables through databases.py; without the grant the state
 is "unknown", never "idle".
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 
-from .herald import text
-from .phorge_access import (
+from ..state import PhpDelivery, PhpState
+from .databases import (
     CACHE_SEC,
     UNREADABLE_RECHECK_SEC,
     ConnectionSource,
@@ -21,10 +20,9 @@ from .phorge_access import (
     _select,
     qualified,
 )
-from .state import PhpDelivery, PhpState
+from .herald import text
 
 # The name operators filter on today; it changes when the modules move into subpackages (issue 21).
-logger = logging.getLogger(__name__)
 
 WEBHOOK_TASK_CLASS = "HeraldWebhookWorker"
 ARCHIVE_RESULT_CANCELLED = 2  # PhabricatorWorkerArchiveTask::RESULT_CANCELLED (bin/worker cancel)

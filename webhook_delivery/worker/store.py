@@ -20,9 +20,9 @@ from typing import Any
 
 from django.db import connections
 
-from .columns import Columns, Record
-from .config import PHORGE_ALIAS
-from .herald import HOOK_SELECT, HOOKS, REQUEST_SELECT, REQUESTS, Dialect, Hook, RequestRow, text
+from ..config import PHORGE_ALIAS
+from ..phorge.columns import Columns, Record
+from ..phorge.herald import HOOK_SELECT, HOOKS, REQUEST_SELECT, REQUESTS, Dialect, Hook, RequestRow, text
 from .sessions import SessionPool
 
 INLINE_PROPERTIES = 256 * 1024  # bytes: larger properties are read one row at a time

@@ -19,16 +19,16 @@ from typing import Any
 
 from django.db import DatabaseError
 
+from ..config import DeliveryConfig
+from ..phorge.herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
+from ..phorge.locks import webhook_lock_name
+from ..phorge.outcomes import Outcome, with_error
+from ..phorge.phpjson import UndecodableProperties, decode_properties, encode_compact
 from .attempts import AttemptLog, AttemptRecord
-from .config import DeliveryConfig
 from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
-from .herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
-from .locks import webhook_lock_name
 from .memory import release_free_memory
 from .metrics import Counters, Event
-from .outcomes import Outcome, with_error
 from .php_watch import PhpWatch
-from .phpjson import UndecodableProperties, decode_properties, encode_compact
 from .sessions import LockSession
 from .store import Store
 from .window import Settlement

@@ -23,24 +23,24 @@ from types import FrameType
 
 from django.db import DatabaseError, connections
 
+from ..config import PHORGE_ALIAS, DeliveryConfig
+from ..phorge.config import PhorgeSettings
+from ..phorge.herald import Hook
+from ..phorge.objects import PhorgeObjects
+from ..phorge.php_guard import PhpWorkerGuard
+from ..records.heartbeat import Heartbeat
+from ..records.holds import HeldHooks
+from ..records.notices import RequeueNotices
+from ..state import WorkerState
 from . import metrics
 from .attempts import AttemptLog
-from .config import PHORGE_ALIAS, DeliveryConfig
 from .dispatcher import Dispatcher
-from .herald import Hook
 from .job import Job, JobResult, JobRunner
 from .memory import limit_malloc_arenas
 from .metrics import Counters
-from .phorge_config import PhorgeSettings
-from .phorge_objects import PhorgeObjects
-from .php_guard import PhpWorkerGuard
 from .php_watch import PhpWatch
 from .scheduling import Scheduler
 from .sessions import LockSession, SessionPool, close_quietly
-from .state import WorkerState
-from .status.heartbeat import Heartbeat
-from .status.holds import HeldHooks
-from .status.notices import RequeueNotices
 from .store import Store
 from .window import QueueWindow
 

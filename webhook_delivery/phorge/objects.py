@@ -1,6 +1,6 @@
 """PHP's object check and transaction query for the Dispatcher, read-only in Phorge's application databases:
 does the request's object still exist, and which of its stored transactions still exist, newest first (the
-worker's steps 6 and 7). Reached through phorge_access.py; without a grant the stored order is kept.
+worker's steps 6 and 7). Reached through databases.py; without a grant the stored order is kept.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .herald import text
-from .payload import phid_get_type, stored_values, transactions_newest_first
-from .phorge_access import (
+from .databases import (
     UNREADABLE_RECHECK_SEC,
     ConnectionSource,
     _default_connection,
@@ -21,6 +19,8 @@ from .phorge_access import (
     _select,
     qualified,
 )
+from .herald import text
+from .payload import phid_get_type, stored_values, transactions_newest_first
 
 # The name operators filter on today; it changes when the modules move into subpackages (issue 21).
 logger = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ from django.db import DatabaseError
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from ..alerts import metrics as alert_metrics
+from ..records import heartbeat
 from . import phorge_status, selectors
-from .alerts import metrics as alert_metrics
-from .status import heartbeat
 
 logger = logging.getLogger(__name__)
 

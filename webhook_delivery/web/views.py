@@ -1,6 +1,6 @@
 """Thin views: the staff dashboard, the hook and request pages, the probes and the web metrics. Every read
 is in selectors.py (Phorge's tables), phorge_status.py (Phorge's settings and PHP worker),
-status/heartbeat.py (the heartbeats) or history.py (the attempt log); dashboard.py composes the dashboard."""
+records/heartbeat.py (the heartbeats) or history.py (the attempt log); dashboard.py composes the dashboard."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ..alerts import selectors as alert_selectors
+from ..phorge.config import REQUEST_RETENTION_SEC
+from ..records import holds
+from ..records.heartbeat import WORKER_ALIVE_SEC
 from . import history, phorge_status, selectors
 from .access import view_required
-from .alerts import selectors as alert_selectors
 from .dashboard import dashboard as read_dashboard
-from .phorge_config import REQUEST_RETENTION_SEC
-from .status import holds
-from .status.heartbeat import WORKER_ALIVE_SEC
-from .web_metrics import REGISTRY
+from .metrics import REGISTRY
 
 logger = logging.getLogger(__name__)
 REFRESH_SEC = 30

@@ -27,9 +27,9 @@ from typing import Any
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Count
 
+from ..config import DeliveryConfig
+from ..records.models import BreakerEvent, DeliveryAttempt
 from . import metrics
-from .config import DeliveryConfig
-from .status.models import BreakerEvent, DeliveryAttempt
 
 logger = logging.getLogger(__name__)
 

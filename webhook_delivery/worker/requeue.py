@@ -15,10 +15,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ..phorge.herald import Hook, HookStatus, RequestRow
+from ..phorge.outcomes import HOOK_ERROR, INVALID_OBJECT
+from ..phorge.phpjson import UndecodableProperties, decode_properties
 from .dispatcher import ObjectLookup
-from .herald import Hook, HookStatus, RequestRow
-from .outcomes import HOOK_ERROR, INVALID_OBJECT
-from .phpjson import UndecodableProperties, decode_properties
 from .store import Store
 
 BATCH = 1000

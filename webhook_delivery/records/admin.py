@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from ..admin import ReadOnlyAdmin, error_text
-from ..links import page_link
+from ..web.links import page_link
 from .models import DeliveryAttempt, WorkerHeartbeat
 
 

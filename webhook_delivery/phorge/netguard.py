@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import idna
 
-from .config import IPNetwork
+from ..config import IPNetwork
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int, float], list[IPAddress]]

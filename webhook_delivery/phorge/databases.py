@@ -6,8 +6,8 @@ grant (or on SQLite, where none of these databases exist) a read raises _NoAcces
 degrades to what the project did without it, saying so once in the log. Any other database error propagates
 as django.db.DatabaseError so the worker's outage handling keeps the request queued.
 
-Used by phorge_objects.py (objects and transactions), php_guard.py (Phorge's PHP worker) and
-phorge_config.py (Phorge's own settings).
+Used by objects.py (objects and transactions), php_guard.py (Phorge's PHP worker) and
+config.py (Phorge's own settings).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .config import NAMESPACE_RE, PHORGE_ALIAS
+from ..config import NAMESPACE_RE, PHORGE_ALIAS
 
 # MariaDB/MySQL errors that mean "this user cannot read that table" rather than "the database is down":
 # table/column access denied, database access denied, unknown database, no such table.

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import Count, Q
 from django.db.models.functions import Round, TruncMinute
 
-from .herald import RequestResult, RequestRow, RequestStatus
-from .status.models import BreakerEvent, DeliveryAttempt
+from ..phorge.herald import RequestResult, RequestRow, RequestStatus
+from ..records.models import BreakerEvent, DeliveryAttempt
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
