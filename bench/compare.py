@@ -20,13 +20,14 @@ from pathlib import Path
 from statistics import median
 
 ROOT = Path(__file__).resolve().parent.parent
-ROW = re.compile(r"^(?P<label>\S.*?)\s{2,}(?P<value>-?[\d.]+)\s(?P<unit>\S+)")
+ROW = re.compile(r"^(?P<label>\s*\S.*?)\s{2,}(?P<value>-?[\d.]+)\s(?P<unit>\S+)")
 
 
 def figures(output: str) -> dict[str, tuple[float, str]]:
     """The table's rows: label -> (value, unit), read from bench/run.py's output."""
     found: dict[str, tuple[float, str]] = {}
     in_table = False
+    section = ""
     for line in output.splitlines():
         if line.startswith("figure "):
             in_table = True
@@ -35,7 +36,12 @@ def figures(output: str) -> dict[str, tuple[float, str]]:
             break
         match = ROW.match(line) if in_table else None
         if match:
-            found[match["label"]] = (float(match["value"]), match["unit"])
+            label = match["label"]
+            if label[0].isspace():  # a row under a numbered figure: "   ... worker CPU per delivery"
+                label = f"{section}{label.strip()}"
+            else:
+                section = label.split(".", 1)[0] + ". "
+            found[label] = (float(match["value"]), match["unit"])
     return found
 
 
