@@ -1,8 +1,9 @@
 """Two versions side by side in one go: `make bench` figures of an earlier commit and of this tree.
 
-    .venv/bin/python bench/compare.py BASE [--rounds K] [-- BENCH_ARGS...]      (default: --quick, 2 rounds)
+    .venv/bin/python bench/compare.py BASE [--new REV] [--rounds K] [-- BENCH_ARGS...]   (default: --quick, 2 rounds)
 
-BASE's sources are unpacked with `git archive` into a temporary directory beside this tree's virtualenv;
+BASE's sources (and NEW's, with --new; else this working tree) are unpacked with `git archive` into a
+temporary directory beside this tree's virtualenv;
 each round runs bench/run.py of both, in alternating order (base-new, new-base, ...) so that drift of a
 shared machine falls on both. It prints each figure's median for both and the ratio new/base: the figures
 are noisy in absolute terms, the ratio of runs made together is what a change is judged by.
@@ -63,15 +64,22 @@ def run(tree: Path, bench_args: list[str]) -> tuple[dict[str, tuple[float, str]]
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", help="the commit to compare with (e.g. HEAD~3, a tag, a hash)")
+    parser.add_argument("--new", help="a commit to measure instead of this working tree")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("bench_args", nargs="*", help="after --: arguments for bench/run.py (default --quick)")
     args = parser.parse_args(argv)
     bench_args = args.bench_args or ["--quick"]
-    base_tree = Path(tempfile.mkdtemp(prefix="gwbench-base-"))
+    unpacked: list[Path] = []
+
+    def unpack(rev: str) -> Path:
+        tree = Path(tempfile.mkdtemp(prefix="gwbench-rev-"))
+        unpacked.append(tree)
+        archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        return tree
+
     try:
-        archive = subprocess.run(["git", "archive", args.base], cwd=ROOT, capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(base_tree)], input=archive, check=True)
-        trees = {"base": base_tree, "new": ROOT}
+        trees = {"base": unpack(args.base), "new": unpack(args.new) if args.new else ROOT}
         results: dict[str, list[dict[str, tuple[float, str]]]] = {"base": [], "new": []}
         for round_no in range(args.rounds):
             order = ["base", "new"] if round_no % 2 == 0 else ["new", "base"]
@@ -81,11 +89,13 @@ def main(argv: list[str]) -> int:
                 results[name].append(found)
                 sys.stderr.write(f"[compare]   {tail}\n")
     finally:
-        shutil.rmtree(base_tree, ignore_errors=True)
+        for tree in unpacked:
+            shutil.rmtree(tree, ignore_errors=True)
     labels = [label for label in results["new"][0] if all(label in r for r in results["base"] + results["new"])]
     width = max(len(label) for label in labels)
     print(
-        f"bench/compare.py: {args.base} (base) and this tree (new), {args.rounds} round(s) of bench/run.py "
+        f"bench/compare.py: {args.base} (base) and {args.new or 'this tree'} (new), {args.rounds} round(s) of "
+        "bench/run.py "
         f"{' '.join(bench_args)}, medians"
     )
     print(f"{'figure':<{width}}  {'base':>12}  {'new':>12}  new/base")
