@@ -7,6 +7,7 @@ it created. The herald database itself belongs to conftest: only missing tables 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,6 +22,14 @@ _BLOCK = re.compile(r"^-- database: phabricator_(\w+)\n(CREATE TABLE `(\w+)` .*?
 # Phorge's standard modular-transaction table (behaviour reference §1.5); the fixture has no herald copy.
 _XACTION_TEMPLATE = ("config", "config_transaction")
 EXTRA_TABLES = {("herald", "herald_webhooktransaction"): _XACTION_TEMPLATE}
+# resources/sql/autopatches/20161121.cluster.01.hoststate.sql (not a Lisk table; on every master).
+HOSTSTATE_DDL = (
+    "CREATE TABLE `hoststate` (\n"
+    "  stateKey VARCHAR(128) NOT NULL COLLATE utf8mb4_bin,\n"
+    "  stateValue LONGTEXT NOT NULL COLLATE utf8mb4_bin,\n"
+    "  PRIMARY KEY (stateKey)\n"
+    ") ENGINE=InnoDB, COLLATE utf8mb4_bin"
+)
 
 
 def app_schema(path: Path = APP_SCHEMA) -> dict[tuple[str, str], str]:
@@ -28,7 +37,13 @@ def app_schema(path: Path = APP_SCHEMA) -> dict[tuple[str, str], str]:
     tables = {(app, table): ddl for app, ddl, table in _BLOCK.findall(path.read_text())}
     for (app, table), (template_app, template) in EXTRA_TABLES.items():
         tables[(app, table)] = tables[(template_app, template)].replace(f"`{template}`", f"`{table}`", 1)
+    tables[("meta_data", "hoststate")] = HOSTSTATE_DDL
     return tables
+
+
+def php_json_encode(value: Any) -> str:
+    """PHP's json_encode() with no flags, as phutil_json_encode: compact, `/` as `\\/`, non-ASCII as \\uXXXX."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).replace("/", "\\/")
 
 
 def quote(name: str) -> str:
@@ -85,6 +100,20 @@ class AppDatabases:
             self.execute(f"DROP DATABASE IF EXISTS {quote(database)}")
         self.created_tables.clear()
         self.created_databases.clear()
+
+    def partition_map(self, databases: list[dict[str, Any]] | None) -> None:
+        """Record `cluster.databases` in hoststate as `bin/storage partition` does (passwords left out);
+        None removes the row."""
+        table = self.table("meta_data", "hoststate")
+        if databases is None:
+            self.execute(f"DELETE FROM {table} WHERE stateKey = 'cluster.databases'")
+            return
+        state = php_json_encode([{k: v for k, v in entry.items() if k != "pass"} for entry in databases])
+        self.execute(
+            f"INSERT INTO {table} (stateKey, stateValue) VALUES (%s, %s) "
+            "ON DUPLICATE KEY UPDATE stateValue = VALUES(stateValue)",
+            ("cluster.databases", state),
+        )
 
     def truncate(self, app: str, table: str) -> None:
         self.execute(f"DELETE FROM {self.table(app, table)}")

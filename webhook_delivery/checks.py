@@ -8,9 +8,11 @@ from django.conf import settings
 from django.core import checks
 from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 
 from .config import DeliveryConfig
 from .phorge.config import LocalConfigFile
+from .phorge.databases import PartitionMap
 from .phorge.netguard import local_gaps
 
 
@@ -41,7 +43,25 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         )
     messages.extend(_phorge_settings(config))
+    messages.extend(_partitioned(config))
     return messages
+
+
+def _partitioned(config: DeliveryConfig) -> list[CheckMessage]:
+    try:
+        warning = PartitionMap(config.namespace).current().warning()
+    except DatabaseError:
+        return []  # an unreachable database is the worker's to report, and must not stop every command
+    if warning is None:
+        return []
+    return [
+        checks.Warning(
+            warning,
+            hint="this service reads herald's master only: reaching each application on its own master is not "
+            "supported yet",
+            id="gorge.W004",
+        )
+    ]
 
 
 def _phorge_settings(config: DeliveryConfig) -> list[CheckMessage]:

@@ -85,6 +85,9 @@ def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = T
     ]
     if optional:
         lines += [
+            "-- Optional: without it a partitioned Phorge (bin/storage partition) is not recognised, and objects of "
+            "applications on other masters are looked up in their empty copies here and failed as deleted.",
+            f"GRANT SELECT ON {qualified(namespace, 'meta_data', 'hoststate')} TO {account};",
             "-- Optional: without it phabricator.silent, security.outbound-blacklist and phabricator.base-uri are not "
             "seen (set GORGE_WEBHOOK_SILENT and GORGE_WEBHOOK_OUTBOUND_BLACKLIST instead).",
             f"GRANT SELECT ON {qualified(namespace, 'config', 'config_entry')} TO {account};",

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from ..config import DeliveryConfig, IPNetwork, parse_blacklist
-from .databases import CACHE_SEC, ConnectionSource, _default_connection, _NoAccessError, _select, qualified
+from .databases import (
+    CACHE_SEC,
+    ConnectionSource,
+    PartitionMap,
+    _default_connection,
+    _NoAccessError,
+    _select,
+    qualified,
+)
 from .herald import text
 from .netguard import local_gaps
 
@@ -261,7 +269,8 @@ class ConfigDatabase:
     """The same settings in Phorge's config database (`<ns>_config.config_entry`, an optional grant), in one
     query, cached a few seconds.
 
-    `values()` is None when the table cannot be read; otherwise the keys stored there, decoded. One thread
+    `values()` is None when the table cannot be read, or when the config application is on another master
+    of a partitioned Phorge (the table here is an empty copy); otherwise the keys stored there, decoded. One thread
     refreshes the cache at a time; the others keep the last values rather than queue behind a slow read
     (only the very first read is waited for). An outage raises django.db.DatabaseError.
     """
@@ -273,14 +282,17 @@ class ConfigDatabase:
         connection: ConnectionSource | None = None,
         ttl: float = CACHE_SEC,
         clock: Callable[[], float] = time.monotonic,
+        partitions: PartitionMap | None = None,
     ) -> None:
         self.table = qualified(namespace, "config", "config_entry")
         self._connection = connection or _default_connection
+        self.partitions = partitions or PartitionMap(namespace, connection=self._connection)
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
         self._cached: tuple[float, dict[str, Any] | None] | None = None
         self._unreadable = False
+        self._elsewhere: str | None = None
 
     def values(self) -> dict[str, Any] | None:
         cached = self._cached
@@ -299,6 +311,17 @@ class ConfigDatabase:
             self._lock.release()
 
     def _query(self) -> dict[str, Any] | None:
+        master = self.partitions.current().elsewhere("config")
+        if master != self._elsewhere:
+            self._elsewhere = master
+            if master is not None:
+                logger.warning(
+                    f"Phorge's config application is on another master ({master}) than herald's: {self.table} "
+                    "is not read here, and values stored there are not seen",
+                    extra={"application": "config", "master": master},
+                )
+        if master is not None:
+            return None
         sql = (
             f"SELECT configKey, value FROM {self.table} WHERE namespace = 'default' "
             f"AND configKey IN ({', '.join(['%s'] * len(SETTING_KEYS))}) AND isDeleted = 0"
@@ -339,9 +362,12 @@ class PhorgeSettings:
         connection: ConnectionSource | None = None,
         ttl: float = CACHE_SEC,
         clock: Callable[[], float] = time.monotonic,
+        partitions: PartitionMap | None = None,
     ) -> None:
         self.config = config
-        self.database = ConfigDatabase(config.namespace, connection=connection, ttl=ttl, clock=clock)
+        self.database = ConfigDatabase(
+            config.namespace, connection=connection, ttl=ttl, clock=clock, partitions=partitions
+        )
         self.local = LocalConfigFile(config.phorge_local_config, clock=clock) if config.phorge_local_config else None
         self._lock = threading.Lock()
         self._cached: tuple[tuple[LocalRead | None, dict[str, Any] | None], PhorgeConfig] | None = None

@@ -1,6 +1,7 @@
 """PHP's object check and transaction query for the Dispatcher, read-only in Phorge's application databases:
 does the request's object still exist, and which of its stored transactions still exist, newest first (the
-worker's steps 6 and 7). Reached through databases.py; without a grant the stored order is kept.
+worker's steps 6 and 7). Reached through databases.py; without a grant, or when the application is on
+another master of a partitioned Phorge (whose tables here are empty copies), the stored order is kept.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from .databases import (
     UNREADABLE_RECHECK_SEC,
     ConnectionSource,
+    PartitionMap,
     _default_connection,
     _NoAccessError,
     _OnceLog,
@@ -69,11 +71,27 @@ OBJECT_TABLES: dict[str, ObjectTables] = {
 class PhorgeObjects:
     """The ObjectLookup of the Dispatcher: PHP's object check and transaction query, read-only."""
 
-    def __init__(self, namespace: str, *, connection: ConnectionSource | None = None) -> None:
+    def __init__(
+        self, namespace: str, *, connection: ConnectionSource | None = None, partitions: PartitionMap | None = None
+    ) -> None:
         self.namespace = namespace
         self._connection = connection or _default_connection
+        self.partitions = partitions or PartitionMap(namespace, connection=self._connection)
         self._logged = _OnceLog()
         self._unreadable: dict[str, float] = {}
+
+    def _elsewhere(self, app: str, tables: ObjectTables) -> bool:
+        """Whether `app` is on another master (its tables here are empty copies): said once per application."""
+        master = self.partitions.current().elsewhere(app)
+        if master is None:
+            return False
+        if self._logged.first(f"elsewhere {app}"):
+            logger.warning(
+                f"Phorge's {app} application is on another master ({master}) than herald's: its tables are not "
+                f"read here, and for {tables.label} the stored transactions are sent, newest first, unchecked",
+                extra={"application": app, "master": master},
+            )
+        return True
 
     def _known_unreadable(self, table: str) -> bool:
         return self._unreadable.get(table, 0.0) > time.monotonic()
@@ -90,7 +108,7 @@ class PhorgeObjects:
             return transactions_newest_first(stored)
         connection = self._connection
         objects = qualified(self.namespace, tables.object_app, tables.object_table)
-        if self._known_unreadable(objects):
+        if self._known_unreadable(objects) or self._elsewhere(tables.object_app, tables):
             return transactions_newest_first(stored)
         try:
             found = _select(connection, f"SELECT 1 FROM {objects} WHERE phid = %s LIMIT 1", [object_phid])
@@ -102,7 +120,7 @@ class PhorgeObjects:
         if not wanted:
             return []
         xactions = qualified(self.namespace, tables.xaction_app, tables.xaction_table)
-        if self._known_unreadable(xactions):
+        if self._known_unreadable(xactions) or self._elsewhere(tables.xaction_app, tables):
             return transactions_newest_first(stored)
         marks = ", ".join(["%s"] * len(wanted))
         try:

@@ -1,7 +1,7 @@
 """Whether Phorge's own PHP daemon still runs `HeraldWebhookWorker` tasks: the handover guard.
 
-Read-only, from Phorge's `<namespace>_worker` tables through databases.py; without the grant the state
-is "unknown", never "idle".
+Read-only, from Phorge's `<namespace>_worker` tables through databases.py; without the grant, or when
+the worker application is on another master of a partitioned Phorge, the state is "unknown", never "idle".
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from .databases import (
     CACHE_SEC,
     UNREADABLE_RECHECK_SEC,
     ConnectionSource,
+    PartitionMap,
     _default_connection,
     _NoAccessError,
     _select,
@@ -50,11 +51,13 @@ class PhpWorkerGuard:
         ttl: float = CACHE_SEC,
         recent_sec: int = RECENT_ARCHIVE_SEC,
         clock: Callable[[], float] = time.monotonic,
+        partitions: PartitionMap | None = None,
     ) -> None:
         self.active_table = qualified(namespace, "worker", "worker_activetask")
         self.archive_table = qualified(namespace, "worker", "worker_archivetask")
         self.recent_sec = recent_sec
         self._connection = connection or _default_connection
+        self.partitions = partitions or PartitionMap(namespace, connection=self._connection)
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
@@ -85,8 +88,16 @@ class PhpWorkerGuard:
             self._cached = (now, state)
             return state
 
+    def _elsewhere(self) -> str | None:
+        return self.partitions.current().elsewhere("worker")
+
     def _read(self) -> PhpDelivery:
         connection = self._connection
+        if (master := self._elsewhere()) is not None:
+            return PhpDelivery.unknown(
+                f"Phorge's worker application is on another master ({master}) than herald's: its "
+                f"{self.active_table} here is an empty copy, so PHP delivery cannot be seen"
+            )
         try:
             ((active, leased, db_now),) = _select(connection, self.active_sql(), [WEBHOOK_TASK_CLASS])
         except _NoAccessError:
@@ -125,6 +136,8 @@ class PhpWorkerGuard:
             return None
         if not phids:
             return set()
+        if self._elsewhere() is not None:
+            return None
         sql = (
             f"SELECT objectPHID FROM {self.active_table} "
             f"WHERE objectPHID IN ({', '.join(['%s'] * len(phids))}) AND taskClass = %s"

@@ -125,8 +125,15 @@ def _health() -> dict[str, Any]:
         "workers": [_worker_json(worker) for worker in heartbeat.workers()],
         "php_worker": phorge_status.php_delivery_state().as_json(),
         "phorge_settings": _settings_json(),
+        **_partition_json(),
         **_operator_json(),
     }
+
+
+def _partition_json() -> dict[str, Any]:
+    # Only on a partitioned install: the health JSON of every other install keeps its keys.
+    warning = phorge_status.partition_warning()
+    return {} if warning is None else {"phorge_partitioned": {"warning": warning}}
 
 
 def _operator_json() -> dict[str, Any]:

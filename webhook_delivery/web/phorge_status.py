@@ -1,6 +1,6 @@
 """What the web side knows of Phorge beyond its herald rows: its settings in force, whether its own PHP
-worker delivers too, and whether its herald database answers at all. One reader of each per process, so
-their short caches spare Phorge's databases however many pages ask.
+worker delivers too, whether its databases are partitioned, and whether its herald database answers at
+all. One reader of each per process, so their short caches spare Phorge's databases however many pages ask.
 """
 
 from __future__ import annotations
@@ -50,6 +50,15 @@ def php_delivery_state() -> PhpDelivery:
         return _php_guard(settings.GORGE_WEBHOOK.namespace).current()
     except DatabaseError:
         return PhpDelivery.unknown("Phorge's worker database is unreachable")
+
+
+def partition_warning() -> str | None:
+    """What is not done because Phorge's databases are partitioned (other masters are not reached); None
+    when they are not, or that is not known. Never raises."""
+    try:
+        return _php_guard(settings.GORGE_WEBHOOK.namespace).partitions.current().warning()
+    except DatabaseError:
+        return None
 
 
 def phorge_database_answers() -> None:

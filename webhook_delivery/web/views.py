@@ -165,8 +165,11 @@ def readyz(request: HttpRequest) -> JsonResponse:
     if paused is not None:
         return JsonResponse({"status": "unavailable", "reason": paused}, status=503)
     body = {"status": "ok"}
+    warnings = [phorge_status.partition_warning()]
     if phorge_status.php_delivery_state().state == "active":
-        body["warning"] = "phorge's php webhook worker is also delivering"
+        warnings.append("phorge's php webhook worker is also delivering")
+    if said := [warning for warning in warnings if warning]:
+        body["warning"] = "; ".join(said)
     return JsonResponse(body)
 
 

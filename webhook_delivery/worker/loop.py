@@ -25,6 +25,7 @@ from django.db import DatabaseError, connections
 
 from ..config import PHORGE_ALIAS, DeliveryConfig
 from ..phorge.config import PhorgeSettings
+from ..phorge.databases import PartitionMap, lock_warning
 from ..phorge.herald import Hook
 from ..phorge.objects import PhorgeObjects
 from ..phorge.php_guard import PhpWorkerGuard
@@ -72,14 +73,18 @@ class Worker:
         self.reader = Store(alias)
         self.pool = SessionPool(alias, config.db_pool_size)
         self.locks = LockSession(alias)
-        self.phorge_settings = PhorgeSettings(config, connection=self.pool.connection)
+        # One reader of Phorge's partition map for the settings, the object lookups and the PHP guard.
+        self.partitions = PartitionMap(config.namespace, connection=self.pool.connection)
+        self.phorge_settings = PhorgeSettings(config, connection=self.pool.connection, partitions=self.partitions)
         self.dispatcher = dispatcher or Dispatcher(
             config,
             silent=self.phorge_settings.silent,
             blacklist=self.phorge_settings.blacklist,
-            objects=PhorgeObjects(config.namespace, connection=self.pool.connection),
+            objects=PhorgeObjects(config.namespace, connection=self.pool.connection, partitions=self.partitions),
         )
-        self.php = PhpWatch(PhpWorkerGuard(config.namespace, connection=self.pool.connection))
+        self.php = PhpWatch(
+            PhpWorkerGuard(config.namespace, connection=self.pool.connection, partitions=self.partitions)
+        )
         self.max_concurrent = max_concurrent or config.max_concurrent
         self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
         self.once = once
@@ -211,6 +216,7 @@ class Worker:
             self.phorge_settings.current()  # logs each of Phorge's settings in force, and where it came from
         except DatabaseError:
             pass  # the loop notices the outage and says so
+        self._warn_if_locks_elsewhere()
         self.scheduler.hold(self.holds.refresh())  # before the first claim, so a --once run honours the holds too
         limit_malloc_arenas()
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
@@ -238,6 +244,15 @@ class Worker:
             restore()
         logger.info("deliver_webhooks stopped")
         return 0
+
+    def _warn_if_locks_elsewhere(self) -> None:
+        """Said at start: on a partitioned Phorge, PHP's workers take their hook locks on another master."""
+        try:
+            master = self.partitions.current().elsewhere("repository")
+        except DatabaseError:
+            return  # the loop notices the outage and says so
+        if master is not None:
+            logger.warning(lock_warning(master), extra={"application": "repository", "master": master})
 
     def _check_locks(self) -> None:
         if time.monotonic() - self._last_lock_check >= LOCK_CHECK_SEC:

@@ -1,0 +1,298 @@
+"""A partitioned Phorge the service is not configured for (issue 22): never a silent hook/object.
+
+The unit tests parse `cluster.databases` as Phorge does. The database tests write the map into
+`<ns>_meta_data.hoststate` as `bin/storage partition` does, with herald on one master and maniphest, user,
+config, worker and repository on another (nothing connects there), beside empty copies of their tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import nullcontext
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.helpers import PHORGE_DB, Phorge, random_phid
+from tests.phorge_app_db import AppDatabases, php_json_encode
+from tests.receiver import Receiver
+from tests.test_phorge_databases import MariaDBUser
+from webhook_delivery import checks
+from webhook_delivery.grants import grants_sql
+from webhook_delivery.phorge import seeding
+from webhook_delivery.phorge.cluster import ClusterError, loads_cluster_databases, parse_cluster_databases
+from webhook_delivery.phorge.config import PhorgeSettings
+from webhook_delivery.phorge.databases import PartitionMap, Placement
+from webhook_delivery.phorge.objects import PhorgeObjects
+from webhook_delivery.phorge.php_guard import PhpWorkerGuard
+from webhook_delivery.worker.loop import Worker
+
+HERALD_MASTER = "db-a.example.org:3306"
+OTHER_MASTER = "db-b.example.org:3306"
+ELSEWHERE = ["maniphest", "user", "config", "worker", "repository"]
+CLUSTER: list[dict[str, Any]] = [
+    {"host": "db-a.example.org", "role": "master", "port": 3306, "user": "svc/phorge", "pass": "secret-a"},
+    {"host": "db-b.example.org", "role": "master", "port": 3306, "partition": ELSEWHERE},
+    {"host": "db-a-r.example.org", "role": "replica", "port": 3306, "master": HERALD_MASTER, "persistent": False},
+]
+CLUSTER[0]["partition"] = ["default"]
+SINGLE: list[dict[str, Any]] = [{"host": "db-a.example.org", "role": "master", "port": 3306}]
+NAMESPACE = settings.GORGE_WEBHOOK.namespace
+
+
+# -- cluster.databases, as Phorge reads it (no database) ---------------------------------------------
+
+
+DOCS_EXAMPLE = [  # cluster_partitioning.diviner
+    {"host": "db001.corporation.com", "role": "master", "user": "phorge", "port": 3306, "partition": ["default"]},
+    {"host": "db002.corporation.com", "role": "replica", "port": 3306, "master": "db001.corporation.com:3306"},
+    {"host": "db003.corporation.com", "role": "master", "port": 3306, "partition": ["file", "passphrase", "slowvote"]},
+    {"host": "db004.corporation.com", "role": "replica", "port": 3306, "master": "db003.corporation.com:3306"},
+]
+
+
+def test_applications_resolve_to_their_partition_else_the_default_master() -> None:
+    cluster = parse_cluster_databases(DOCS_EXAMPLE)
+    assert cluster.partitioned
+    assert [ref.ref_key for ref in cluster.enabled_masters()] == [
+        "db001.corporation.com:3306",
+        "db003.corporation.com:3306",
+    ]
+    master = cluster.master_for
+    assert [master(app).ref_key for app in ("file", "slowvote", "herald", "maniphest")] == [  # type: ignore[union-attr]
+        "db003.corporation.com:3306",
+        "db003.corporation.com:3306",
+        "db001.corporation.com:3306",
+        "db001.corporation.com:3306",
+    ]
+    assert cluster.elsewhere("file") == "db003.corporation.com:3306"
+    assert cluster.elsewhere("maniphest") is None  # the default partition, like herald
+    assert [ref.master for ref in cluster.refs if not ref.is_master] == [
+        "db001.corporation.com:3306",
+        "db003.corporation.com:3306",
+    ]
+
+
+def test_a_disabled_master_sends_its_applications_to_the_default_one() -> None:
+    entries = [dict(entry) for entry in DOCS_EXAMPLE]
+    entries[2]["disabled"] = True
+    cluster = parse_cluster_databases(entries)
+    assert cluster.master_for("file").ref_key == "db001.corporation.com:3306"  # type: ignore[union-attr]
+    assert not cluster.partitioned and cluster.elsewhere("file") is None  # one enabled master left
+
+
+def test_a_single_master_is_the_default_and_not_partitioned() -> None:
+    cluster = parse_cluster_databases([{"host": "db", "role": "master", "partition": ["maniphest"]}])
+    assert not cluster.partitioned
+    assert cluster.master_for("herald") == cluster.master_for("maniphest")
+    assert cluster.master_for("herald").ref_key == "db:3306"  # type: ignore[union-attr]
+    assert cluster.elsewhere("maniphest") is None
+    assert not parse_cluster_databases([]).partitioned
+    replica = parse_cluster_databases([*SINGLE, {"host": "r", "role": "replica"}]).refs[1]
+    assert replica.master == "db-a.example.org:3306"  # unpartitioned: the first master
+
+
+def test_without_a_default_an_unlisted_application_has_no_master() -> None:
+    cluster = parse_cluster_databases(
+        [{"host": "a", "role": "master", "partition": ["herald"]}, {"host": "b", "role": "master", "partition": []}]
+    )
+    assert cluster.master_for("maniphest") is None
+    assert cluster.elsewhere("maniphest") == "no master"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("db001", "not a list"),
+        ({"0": "a"}, "entry 0 is not a dictionary"),
+        (["a"], "entry 0 is not a dictionary"),
+        ([{"host": "a", "role": "master", "weight": 1}], "unknown key 'weight'"),
+        ([{"role": "master"}], "missing the required key 'host'"),
+        ([{"host": "a", "role": "primary"}], "neither 'master' nor 'replica'"),
+        ([{"host": "a", "role": "master", "port": "3306"}], "'port' must be int"),
+        ([{"host": "a", "role": "master", "port": True}], "'port' must be int"),
+        ([{"host": "a", "role": "master", "disabled": 0}], "'disabled' must be bool"),
+        ([{"host": "a", "role": "master", "partition": ["x", 1]}], "'partition' must be list<string>"),
+        ([{"host": "a", "role": "master"}, {"host": "a", "role": "replica"}], "the host a: more than once"),
+        ([{"host": "a", "role": "master"}, {"host": "a", "role": "replica", "port": 3306}], "a:3306 more than once"),
+        (
+            [{"host": "a", "role": "master", "partition": ["default"]}, {"host": "b", "role": "master"}],
+            "b:3306 is missing",
+        ),
+        (
+            [
+                {"host": "a", "role": "master", "partition": ["default"]},
+                {"host": "b", "role": "master", "partition": ["default"]},
+            ],
+            "more than one master is the default",
+        ),
+        (
+            [
+                {"host": "a", "role": "master", "partition": ["default", "file"]},
+                {"host": "b", "role": "master", "partition": ["file"]},
+            ],
+            "'file' is in the partitions of a:3306 and b:3306",
+        ),
+        ([*SINGLE, {"host": "r", "role": "replica", "partition": []}], 'has a "partition" key'),
+        ([*SINGLE, {"host": "r", "role": "replica", "master": "db-a.example.org"}], "not a configured master"),
+        ([{"host": "r", "role": "replica"}], "lists no master"),
+        (
+            [
+                {"host": "a", "role": "master", "partition": ["default"]},
+                {"host": "b", "role": "master", "partition": []},
+                {"host": "r", "role": "replica"},
+            ],
+            'replica r:3306 has no "master"',
+        ),
+    ],
+)
+def test_phorge_refuses_what_the_parser_refuses(value: Any, message: str) -> None:
+    with pytest.raises(ClusterError) as caught:
+        parse_cluster_databases(value)
+    assert message in str(caught.value)
+
+
+def test_the_hoststate_text_is_read_as_php_wrote_it() -> None:
+    text = php_json_encode([{k: v for k, v in e.items() if k != "pass"} for e in CLUSTER])
+    assert "svc\\/phorge" in text and "secret" not in text and ", " not in text
+    cluster = loads_cluster_databases(text)
+    assert cluster.elsewhere("worker") == OTHER_MASTER and cluster.elsewhere("herald") is None
+    with pytest.raises(ClusterError, match="not valid JSON"):
+        loads_cluster_databases("[{")
+
+
+def test_the_warning_names_each_consequence() -> None:
+    assert Placement().warning() is None and not Placement().partitioned
+    assert Placement(parse_cluster_databases(SINGLE)).warning() is None
+    warning = Placement(parse_cluster_databases(CLUSTER)).warning()
+    assert warning is not None
+    assert f"herald on {HERALD_MASTER}" in warning and OTHER_MASTER in warning
+    assert "config, maniphest, repository, user, worker" in warning
+    assert f"Phorge takes its hook locks on the repository application's master {OTHER_MASTER}" in warning
+    unreadable = Placement(problem="cluster.databases is not a list of database hosts")
+    assert unreadable.partitioned and unreadable.elsewhere("herald") is None
+    assert unreadable.elsewhere("maniphest") is not None and "cannot be parsed" in (unreadable.warning() or "")
+
+
+# -- on the suite's MariaDB -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def partitioned(worker_db: AppDatabases) -> Iterator[AppDatabases]:
+    """Empty copies of the other applications' tables on herald's server, and hoststate with the map."""
+    worker_db.create()  # every schema is on every master (bin/storage upgrade)
+    worker_db.partition_map(CLUSTER)
+    yield worker_db
+    worker_db.partition_map(None)
+
+
+def _stored_state(apps: AppDatabases) -> str:
+    return str(apps.execute(f"SELECT stateValue FROM {apps.table('meta_data', 'hoststate')}")[0][0])
+
+
+@PHORGE_DB
+def test_a_live_object_on_another_master_is_delivered_never_failed(
+    phorge: Phorge, partitioned: AppDatabases, delivery_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    assert '"user":"svc\\/phorge"' in _stored_state(partitioned) and "secret" not in _stored_state(partitioned)
+    task = random_phid("TASK")  # alive on db-b; absent from the empty copy here
+    stored = {"1": "PHID-XACT-TASK-aaaaaaaaaaaaaaa", "2": "PHID-XACT-TASK-bbbbbbbbbbbbbbb"}
+    with Receiver() as receiver:
+        hook = phorge.hook(receiver.url("/partitioned/ok"))
+        phid = phorge.request(
+            hook, object_phid=task, properties=seeding.properties(transactions=stored, triggers=[hook])
+        )
+        Worker(delivery_config, once=True).run()
+        assert len(receiver.requests) == 1
+        body = json.loads(receiver.requests[0].body)
+    assert body["object"]["phid"] == task
+    assert [t["phid"] for t in body["transactions"]] == list(reversed(stored.values()))  # stored, newest first
+    assert phorge.row(phid)["status"] == "sent"
+    messages = [r.getMessage() for r in caplog.records]
+    elsewhere = [m for m in messages if m.startswith("Phorge's maniphest application is on another master")]
+    assert len(elsewhere) == 1 and OTHER_MASTER in elsewhere[0]
+    assert any(f"hook locks on the repository application's master {OTHER_MASTER}" in m for m in messages)
+
+
+@PHORGE_DB
+@pytest.mark.parametrize("databases", [None, SINGLE])
+def test_without_a_partitioned_map_a_missing_object_fails_as_today(
+    phorge: Phorge, worker_db: AppDatabases, delivery_config: Any, databases: list[dict[str, Any]] | None
+) -> None:
+    worker_db.create(["maniphest", "meta_data"])
+    worker_db.partition_map(databases)
+    try:
+        with Receiver() as receiver:
+            gone = phorge.request(phorge.hook(receiver.url("/single/ok")), object_phid=random_phid("TASK"))
+            Worker(delivery_config, once=True).run()
+            assert receiver.requests == []
+        assert phorge.row(gone)["properties"].endswith(',"errorType":"hook","errorCode":"object"}')
+    finally:
+        worker_db.partition_map(None)
+
+
+@PHORGE_DB
+def test_config_and_php_worker_elsewhere_are_not_read_from_the_empty_copies(partitioned: AppDatabases) -> None:
+    partitioned.config("phabricator.silent", "false")  # a stale row in the copy here: not to be believed
+    partitioned.worker_task()
+    undeclared = dataclasses.replace(settings.GORGE_WEBHOOK, silent=None)
+    resolved = PhorgeSettings(undeclared).current()
+    assert resolved.silent.value is None and resolved.paused_reason() is not None  # still pauses, as today
+    guard = PhpWorkerGuard(NAMESPACE)
+    state = guard.current()
+    assert state.state == "unknown" and "worker application is on another master" in state.detail
+    assert OTHER_MASTER in state.detail
+    assert guard.live_tasks([random_phid("HWBR")]) is None
+    objects = PhorgeObjects(NAMESPACE)
+    assert objects.transactions(random_phid("USER"), ["a", "b"]) == ["b", "a"]
+    assert objects.transactions(random_phid("HWBH"), ["a"]) is None  # herald's own tables are still read
+
+    partitioned.partition_map(None)
+    assert PhorgeSettings(undeclared).silent() is False
+    assert PhpWorkerGuard(NAMESPACE).current().state == "active"
+    assert PhorgeObjects(NAMESPACE).transactions(random_phid("USER"), ["a"]) is None
+
+
+@PHORGE_DB
+def test_check_readiness_and_health_say_it(client: Any, partitioned: AppDatabases, monkeypatch: Any) -> None:
+    token = "partition-t0ken"
+    monkeypatch.setattr(settings, "GORGE_WEBHOOK", dataclasses.replace(settings.GORGE_WEBHOOK, service_token=token))
+    found = [m for m in checks.configuration() if m.id == "gorge.W004"]
+    assert len(found) == 1 and OTHER_MASTER in found[0].msg and "hook locks" in found[0].msg
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "ok" and "partitioned" in ready.json()["warning"]
+    health = client.get("/api/webhook/health", HTTP_X_SERVICE_TOKEN=token).json()["data"]
+    assert OTHER_MASTER in health["phorge_partitioned"]["warning"]
+
+    partitioned.partition_map(None)
+    from webhook_delivery.web import phorge_status
+
+    phorge_status._php_guard.cache_clear()
+    assert not [m for m in checks.configuration() if m.id == "gorge.W004"]
+    assert "warning" not in client.get("/readyz").json()
+    assert "phorge_partitioned" not in client.get("/api/webhook/health", HTTP_X_SERVICE_TOKEN=token).json()["data"]
+
+
+@PHORGE_DB
+def test_the_printed_grant_reads_the_map_and_without_it_nothing_is_assumed(partitioned: AppDatabases) -> None:
+    text = grants_sql(NAMESPACE, "gorge", "%")
+    assert f"GRANT SELECT ON `{NAMESPACE}_meta_data`.`hoststate` TO 'gorge'@'%';" in text
+    assert "meta_data" not in grants_sql(NAMESPACE, "gorge", "%", optional=False)
+    granted = MariaDBUser(partitioned.admin, f"{NAMESPACE}_pm", grants_sql(NAMESPACE, f"{NAMESPACE}_pm", "%"))
+    blind = MariaDBUser(
+        partitioned.admin, f"{NAMESPACE}_pmro", grants_sql(NAMESPACE, f"{NAMESPACE}_pmro", "%", optional=False)
+    )
+    try:
+        placement = PartitionMap(NAMESPACE, connection=lambda: nullcontext(granted.connection)).current()
+        assert placement.elsewhere("maniphest") == OTHER_MASTER
+        # No grant: not known, so every lookup stays on herald's master as on a single server.
+        assert PartitionMap(NAMESPACE, connection=lambda: nullcontext(blind.connection)).current() == Placement()
+    finally:
+        granted.drop()
+        blind.drop()
