@@ -177,12 +177,15 @@ def test_every_dashboard_and_api_query_uses_an_index(
     """EXPLAIN each SELECT the UI sends to Phorge's database: none may scan all of herald_webhookrequest."""
     bulk = seed_bulk(phorge)
     settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, service_token="t0ken")
-    # The PHP-guard and settings reads go to Phorge's worker and config databases (absent here), cached:
+    # The PHP-guard, settings and partition-map reads go to Phorge's other databases (absent here), cached:
     # read it once now, for long enough, so that it is in no page's budget whatever ran just before.
     monkeypatch.setattr(phorge_status._php_guard(settings.GORGE_WEBHOOK.namespace), "_ttl", 3600.0)
     monkeypatch.setattr(phorge_status._phorge_settings(settings.GORGE_WEBHOOK).database, "_ttl", 3600.0)
+    monkeypatch.setattr(phorge_status._php_guard(settings.GORGE_WEBHOOK.namespace).partitions, "_ttl", 3600.0)
+    monkeypatch.setattr(phorge_status._phorge_settings(settings.GORGE_WEBHOOK).database.partitions, "_ttl", 3600.0)
     phorge_status.php_delivery_state()
     phorge_status.phorge_base_uri()
+    phorge_status.partition_warning()
     # hooks, sent counts, the non-sent slice, recent failed attempts, recent hook errors. The chart is not
     # among them: it draws this service's attempts from the attempt log in Django's own database.
     budgets = {"/": 5, "/api/webhook/stats": 3, "/api/webhook/hooks": 1, "/api/webhook/health": 3, "/metrics": 3}
