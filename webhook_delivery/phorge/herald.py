@@ -6,7 +6,7 @@ A test holds each rule's two forms equal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -65,17 +65,22 @@ class RequestRow:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> RequestRow:
         """A row read by name: REQUEST_FIELDS and `properties` (or NULL)."""
-        properties = record["properties"]
+        return cls.from_values(tuple(record[name] for name in ROW_FIELDS))
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any]) -> RequestRow:
+        """A row from its ROW_FIELDS' values, in that order (as `Columns.picker(*ROW_FIELDS)` reads them)."""
+        row_id, phid, hook, obj, status, result, epoch, created, modified, properties = values
         return cls(
-            id=int(record["id"]),
-            phid=text(record["phid"]),
-            webhook_phid=text(record["webhookPHID"]),
-            object_phid=text(record["objectPHID"]),
-            status=text(record["status"]),
-            last_result=text(record["lastRequestResult"]),
-            last_epoch=int(record["lastRequestEpoch"]),
-            date_created=int(record["dateCreated"]),
-            date_modified=int(record["dateModified"]),
+            id=int(row_id),
+            phid=text(phid),
+            webhook_phid=text(hook),
+            object_phid=text(obj),
+            status=text(status),
+            last_result=text(result),
+            last_epoch=int(epoch),
+            date_created=int(created),
+            date_modified=int(modified),
             properties=None if properties is None else text(properties),
         )
 
@@ -92,6 +97,7 @@ REQUEST_FIELDS = (
     "dateModified",
 )
 REQUEST_SELECT = Columns.of(*REQUEST_FIELDS)
+ROW_FIELDS = (*REQUEST_FIELDS, "properties")  # what a RequestRow is read from
 REQUEST_COLUMNS = REQUEST_SELECT.sql
 
 

@@ -113,13 +113,19 @@ class Counters:
     def __init__(self) -> None:
         self.values: dict[str, int] = {}
         self._lock = threading.Lock()
+        # labels() takes a lock and builds a key on every call: each counter child is looked up once.
+        self._children: dict[tuple[Event, str | None], Any] = {}
 
     def record(self, event: Event, amount: int = 1, *, error_type: str | None = None) -> None:
         """Count `event` (`error_type`: the Phorge error type of a delivery, its metric's last label)."""
         feeds = EVENTS[event]
         if feeds.metric is not None:
-            labels = feeds.labels if error_type is None else (*feeds.labels, error_type)
-            (feeds.metric.labels(*labels) if labels else feeds.metric).inc(amount)
+            child = self._children.get((event, error_type))
+            if child is None:
+                labels = feeds.labels if error_type is None else (*feeds.labels, error_type)
+                child = feeds.metric.labels(*labels) if labels else feeds.metric
+                self._children[(event, error_type)] = child
+            child.inc(amount)
         with self._lock:
             for key in feeds.counts:
                 self.values[key] = self.values.get(key, 0) + amount

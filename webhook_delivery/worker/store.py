@@ -14,15 +14,27 @@ the hook's lock is still held by that session.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 from django.db import connections
 
 from ..config import PHORGE_ALIAS
 from ..phorge.columns import Columns, Record
-from ..phorge.herald import HOOK_SELECT, HOOKS, REQUEST_SELECT, REQUESTS, Dialect, Hook, RequestRow, text
+from ..phorge.herald import (
+    HOOK_SELECT,
+    HOOKS,
+    REQUEST_SELECT,
+    REQUESTS,
+    ROW_FIELDS,
+    Dialect,
+    Hook,
+    RequestRow,
+    text,
+)
 from .sessions import SessionPool
 
 INLINE_PROPERTIES = 256 * 1024  # bytes: larger properties are read one row at a time
@@ -30,6 +42,24 @@ RETURNED = Columns.of("dateModified")  # what SQLite's RETURNING hands back from
 PHIDS = Columns.of("phid")
 REQUEST_HOOKS = Columns.of("webhookPHID")
 EPOCHS = Columns.of("lastRequestEpoch")
+
+
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+@lru_cache(maxsize=512)
+def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`sql` with each `%(name)s` as `%s`, and the names in their order. The statements are written with
+    names; the driver gets positions, because MySQLdb encodes and escapes a dict's keys on every call."""
+    return _NAMED.sub("%s", sql), tuple(_NAMED.findall(sql))
+
+
+def _execute(cursor: Any, sql: str, params: dict[str, Any] | None) -> None:
+    if params is None:
+        cursor.execute(sql)
+        return
+    text, names = _positional(sql)
+    cursor.execute(text, [params[name] for name in names])
 
 
 def _numbered(n: int, **values: Any) -> dict[str, Any]:
@@ -101,22 +131,25 @@ class Store:
     def _records(self, columns: Columns, sql: str, params: dict[str, Any] | None = None) -> list[Record]:
         """Every row of `sql`, whose SELECT list is `columns`, by name."""
         with self._cursor() as cursor:
-            cursor.execute(sql, params)
+            _execute(cursor, sql, params)
             return columns.read_all(cursor.fetchall())
 
     def _record(self, columns: Columns, sql: str, params: dict[str, Any]) -> Record | None:
         """The first row of `sql`, whose SELECT list is `columns`, by name; None without one."""
         with self._cursor() as cursor:
-            cursor.execute(sql, params)
+            _execute(cursor, sql, params)
             found = cursor.fetchone()
         return None if found is None else columns.read(found)
 
     def _rows(self, columns: Columns, sql: str, params: dict[str, Any]) -> tuple[list[RequestRow], int | None]:
         """Request rows of `sql` (selected as `columns`, ending with the database clock) and that clock, None
         without rows."""
-        records = self._records(columns, sql, params)
-        rows = [RequestRow.from_record(record) for record in records]
-        return rows, (int(records[0]["now"]) if records else None)
+        with self._cursor() as cursor:
+            _execute(cursor, sql, params)
+            fetched = cursor.fetchall()
+        pick = columns.picker(*ROW_FIELDS)
+        rows = [RequestRow.from_values(pick(values)) for values in fetched]
+        return rows, (int(fetched[0][columns.names.index("now")]) if fetched else None)
 
     def db_now(self) -> int:
         # With params, so '%%' becomes '%' on SQLite too.
@@ -296,7 +329,7 @@ class Store:
         MySQL hands the value back through LAST_INSERT_ID(expr), SQLite through RETURNING: one round trip.
         """
         with self._cursor() as cursor:
-            cursor.execute(sql, params)
+            _execute(cursor, sql, params)
             if self.is_mysql:
                 return int(cursor.lastrowid) if cursor.rowcount == 1 else None
             row = cursor.fetchone()
@@ -340,7 +373,7 @@ class Store:
         )
         params = {"id": row.id, "result": row.last_result, "epoch": row.last_epoch, "version": row.date_modified}
         with self._cursor() as cursor:
-            cursor.execute(sql, params)
+            _execute(cursor, sql, params)
             return bool(cursor.rowcount == 1)
 
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
