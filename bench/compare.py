@@ -21,7 +21,7 @@ from pathlib import Path
 from statistics import median
 
 ROOT = Path(__file__).resolve().parent.parent
-ROW = re.compile(r"^(?P<label>\s*\S.*?)\s{2,}(?P<value>-?[\d.]+)\s(?P<unit>\S+)")
+ROW = re.compile(r"^(?P<label>\s*\S.*?)\s{2,}(?P<value>-?[\d,.]+)\s(?P<unit>\S+)")  # 1,356 /s: thousands
 
 
 def figures(output: str) -> dict[str, tuple[float, str]]:
@@ -35,6 +35,8 @@ def figures(output: str) -> dict[str, tuple[float, str]]:
             continue
         if in_table and not line.strip():
             break
+        if in_table and re.match(r"^\d+\. ", line):
+            section = line.split(".", 1)[0] + ". "  # also when its own value is not a number
         match = ROW.match(line) if in_table else None
         if match:
             label = match["label"]
@@ -42,7 +44,7 @@ def figures(output: str) -> dict[str, tuple[float, str]]:
                 label = f"{section}{label.strip()}"
             else:
                 section = label.split(".", 1)[0] + ". "
-            found[label] = (float(match["value"]), match["unit"])
+            found[label] = (float(match["value"].replace(",", "")), match["unit"])
     return found
 
 
