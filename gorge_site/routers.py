@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook_delivery.config import PHORGE_ALIAS
+from webhook_delivery.config import PHORGE_ALIAS, is_phorge_alias
 
 PHORGE_APP = "webhook_delivery"
 
@@ -24,4 +24,4 @@ class PhorgeRouter:
 
     def allow_migrate(self, db: str, app_label: str, model_name: str | None = None, **hints: Any) -> bool:
         # Phorge owns its schema: nothing is ever created, altered or dropped there.
-        return db != PHORGE_ALIAS and app_label != PHORGE_APP
+        return not is_phorge_alias(db) and app_label != PHORGE_APP

@@ -13,7 +13,7 @@ from pathlib import Path
 import environ
 
 from webhook_delivery.alerts.config import load_alert_config
-from webhook_delivery.config import PHORGE_ALIAS, ConfigError, load_config, parse_bool
+from webhook_delivery.config import PHORGE_ALIAS, ConfigError, load_config, master_alias, parse_bool
 from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -127,6 +127,9 @@ DATABASES = {
 DATABASES[PHORGE_ALIAS]["TEST"] = {"NAME": DATABASES[PHORGE_ALIAS].get("NAME")}
 # Reuse connections (per thread in the worker), but recycle them every minute so none goes stale.
 DATABASES[PHORGE_ALIAS]["CONN_MAX_AGE"] = 60
+# The other masters of a partitioned Phorge (GORGE_WEBHOOK_CLUSTER_DATABASES): read-only lookups and locks.
+for _ref_key, _url in _loaded.master_urls.items():
+    DATABASES[master_alias(_ref_key)] = _database(_url, "GORGE_WEBHOOK_CLUSTER_DATABASES") | {"CONN_MAX_AGE": 60}
 DATABASE_ROUTERS = ["gorge_site.routers.PhorgeRouter"]
 MIGRATION_MODULES = {"webhook_delivery": None}
 

@@ -65,9 +65,11 @@ def worker_db(app_databases: AppDatabases) -> Iterator[AppDatabases]:
     """Phorge's other databases, with the pages' cached PHP guard and settings fresh before and after."""
     phorge_status._php_guard.cache_clear()
     phorge_status._phorge_settings.cache_clear()
+    phorge_status._masters.cache_clear()
     yield app_databases
     phorge_status._php_guard.cache_clear()
     phorge_status._phorge_settings.cache_clear()
+    phorge_status._masters.cache_clear()
 
 
 @pytest.fixture

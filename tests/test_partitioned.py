@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager as contextmanager_source
 from contextlib import nullcontext
 from typing import Any
 
@@ -175,7 +176,7 @@ def test_the_warning_names_each_consequence() -> None:
     assert f"Phorge takes its hook locks on the repository application's master {OTHER_MASTER}" in warning
     unreadable = Placement(problem="cluster.databases is not a list of database hosts")
     assert unreadable.partitioned and unreadable.elsewhere("herald") is None
-    assert unreadable.elsewhere("maniphest") is not None and "cannot be parsed" in (unreadable.warning() or "")
+    assert unreadable.elsewhere("maniphest") is not None and "cannot be used" in (unreadable.warning() or "")
 
 
 # -- on the suite's MariaDB -------------------------------------------------------------------------
@@ -274,6 +275,7 @@ def test_check_readiness_and_health_say_it(client: Any, partitioned: AppDatabase
     from webhook_delivery.web import phorge_status
 
     phorge_status._php_guard.cache_clear()
+    phorge_status._masters.cache_clear()
     assert not [m for m in checks.configuration() if m.id == "gorge.W004"]
     assert "warning" not in client.get("/readyz").json()
     assert "phorge_partitioned" not in client.get("/api/webhook/health", HTTP_X_SERVICE_TOKEN=token).json()["data"]
@@ -296,3 +298,126 @@ def test_the_printed_grant_reads_the_map_and_without_it_nothing_is_assumed(parti
     finally:
         granted.drop()
         blind.drop()
+
+
+# -- GORGE_WEBHOOK_CLUSTER_DATABASES, and the way to each master (no database) ----------------------
+
+
+def _loaded(value: Any, url: str = "mysql://svc:herald%2Fpw@db-a.example.org:3306/phabricator_herald") -> Any:
+    from webhook_delivery.config import load_config
+
+    text = value if isinstance(value, str) else json.dumps(value)
+    return load_config({"GORGE_WEBHOOK_DATABASE_URL": url, "GORGE_WEBHOOK_CLUSTER_DATABASES": text})
+
+
+def test_the_variable_names_each_other_master_with_the_services_own_login_unless_the_entry_says() -> None:
+    loaded = _loaded(CLUSTER)
+    assert not loaded.errors
+    assert loaded.delivery.cluster.elsewhere("maniphest") == OTHER_MASTER
+    # Herald's master is the herald connection itself; B gets that connection's user and password.
+    assert loaded.master_urls == {OTHER_MASTER: "mysql://svc:herald%2Fpw@db-b.example.org:3306/"}
+    own = [dict(CLUSTER[0]), {**CLUSTER[1], "user": "lookups", "pass": "b-secret"}, CLUSTER[2]]
+    assert _loaded(own).master_urls == {OTHER_MASTER: "mysql://lookups:b-secret@db-b.example.org:3306/"}
+    for shown in (repr(_loaded(own)), repr(_loaded(own).delivery)):
+        assert "b-secret" not in shown and "herald%2Fpw" not in shown and "secret-a" not in shown
+
+
+@pytest.mark.parametrize(
+    ("value", "url", "message"),
+    [
+        ("{not json", None, "not valid JSON"),
+        ([{"host": "db-a", "role": "master", "pass": 7}], None, "'pass' must be string"),
+        ([{**CLUSTER[1], "pass": "leaky-secret"}, {**CLUSTER[0], "partition": ["maniphest"]}], None, "maniphest"),
+        (
+            [
+                {"host": "a", "role": "master", "partition": ["maniphest"]},
+                {"host": "b", "role": "master", "partition": ["user"]},
+            ],
+            None,
+            "no master serves herald",
+        ),
+        (CLUSTER, "sqlite:///demo.sqlite3", "needs a MySQL/MariaDB herald database"),
+    ],
+)
+def test_a_bad_variable_is_a_configuration_error_that_shows_no_password(
+    value: Any, url: str | None, message: str
+) -> None:
+    loaded = _loaded(value) if url is None else _loaded(value, url)
+    (error,) = loaded.errors
+    assert error.variable == "GORGE_WEBHOOK_CLUSTER_DATABASES" and message in error.message
+    assert "secret" not in error.message and loaded.master_urls == {}
+
+
+def test_reachable_masters_leave_no_warning_and_only_unreached_ones_are_named() -> None:
+    cluster = parse_cluster_databases(CLUSTER)
+    assert Placement(cluster, reachable=frozenset({OTHER_MASTER})).warning() is None
+    three = parse_cluster_databases([*CLUSTER, {"host": "db-c.example.org", "role": "master", "partition": ["file"]}])
+    warning = Placement(three, reachable=frozenset({OTHER_MASTER})).warning()
+    assert warning is not None and "db-c.example.org:3306 (file)" in warning and OTHER_MASTER not in warning
+    assert "hook locks" not in warning  # repository's master is reached
+    assert Placement(three, reachable=frozenset({OTHER_MASTER})).unreached("file") == "db-c.example.org:3306"
+    assert Placement(three, reachable=frozenset({OTHER_MASTER})).unreached("maniphest") is None
+
+
+def test_a_master_that_does_not_answer_is_waited_for_then_tried_again(caplog: pytest.LogCaptureFixture) -> None:
+    from django.db import OperationalError
+
+    from webhook_delivery.phorge.databases import MASTER_DOWN_SEC, Masters, MasterUnavailable
+
+    class Fixed:
+        def __init__(self, placement: Placement) -> None:
+            self.placement = placement
+
+        def current(self) -> Placement:
+            return self.placement
+
+    now = [1000.0]
+    tries: list[str] = []
+
+    @contextmanager_source
+    def b_source() -> Iterator[Any]:
+        tries.append("b")
+        if down[0]:
+            raise OperationalError(2003, "Can't connect")
+        yield "connection to B"
+
+    down = [True]
+    placement = Placement(parse_cluster_databases(CLUSTER), reachable=frozenset({OTHER_MASTER}))
+    herald = object()
+    masters = Masters(
+        Fixed(placement),
+        lambda: herald,
+        others=lambda ref: b_source if ref == OTHER_MASTER else None,
+        clock=lambda: now[0],
+    )  # type: ignore[arg-type, return-value]
+    assert masters.route("herald").source is not None and masters.route("herald").master is None
+    route = masters.route("maniphest")
+    assert route.master == OTHER_MASTER and route.source is not None
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        with pytest.raises(MasterUnavailable), route.source():
+            pass
+    assert tries == ["b"]  # tried once, then waited for
+    now[0] += MASTER_DOWN_SEC + 1
+    down[0] = False
+    with route.source() as connection:
+        assert connection == "connection to B"
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("does not answer" in m for m in messages) == 1 and any("answers again" in m for m in messages)
+
+
+@PHORGE_DB
+def test_the_variable_must_agree_with_hoststate(partitioned: AppDatabases, caplog: pytest.LogCaptureFixture) -> None:
+    agreeing = PartitionMap(NAMESPACE, configured=parse_cluster_databases(CLUSTER)).current()
+    assert agreeing.elsewhere("maniphest") == OTHER_MASTER and agreeing.unreached("maniphest") is None
+    assert agreeing.warning() is None
+    moved = [dict(CLUSTER[0]), {**CLUSTER[1], "partition": ["maniphest"]}, CLUSTER[2]]  # user, config... not on B
+    caplog.set_level(logging.INFO)
+    placement = PartitionMap(NAMESPACE, configured=parse_cluster_databases(moved)).current()
+    assert placement.unreached("maniphest") is not None and placement.unreached("user") is not None
+    assert placement.unreached("herald") is None
+    assert "places the applications otherwise" in (placement.warning() or "")
+    assert any("no lookup outside herald is made" in r.getMessage() for r in caplog.records)
+    partitioned.partition_map(None)  # no row (or no grant): the variable is the map
+    alone = PartitionMap(NAMESPACE, configured=parse_cluster_databases(moved)).current()
+    assert alone.elsewhere("maniphest") == OTHER_MASTER and alone.elsewhere("user") is None

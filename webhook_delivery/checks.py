@@ -49,7 +49,7 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 def _partitioned(config: DeliveryConfig) -> list[CheckMessage]:
     try:
-        warning = PartitionMap(config.namespace).current().warning()
+        warning = PartitionMap(config.namespace, configured=config.cluster).current().warning()
     except DatabaseError:
         return []  # an unreachable database is the worker's to report, and must not stop every command
     if warning is None:
@@ -57,8 +57,8 @@ def _partitioned(config: DeliveryConfig) -> list[CheckMessage]:
     return [
         checks.Warning(
             warning,
-            hint="this service reads herald's master only: reaching each application on its own master is not "
-            "supported yet",
+            hint="set GORGE_WEBHOOK_CLUSTER_DATABASES to Phorge's cluster.databases (README, Partitioned Phorge "
+            "databases) so that each application is read on its own master",
             id="gorge.W004",
         )
     ]

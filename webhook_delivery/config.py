@@ -13,8 +13,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
+from .phorge.cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases
 from .phorge.delivery_id import OFF as DELIVERY_ID_OFF
 from .phorge.delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
 
@@ -24,6 +25,16 @@ DEFAULT_BLACKLIST_FILE = Path(__file__).with_name("outbound-blacklist-default.js
 LEASE_MARGIN_SEC = 5
 NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")  # Phorge's storage.default-namespace, safe in SQL names
 PHORGE_ALIAS = "phorge"  # Django's database alias of Phorge's herald database
+CLUSTER_VARIABLE = "GORGE_WEBHOOK_CLUSTER_DATABASES"
+
+
+def master_alias(ref_key: str) -> str:
+    """Django's database alias of another master of a partitioned Phorge (`phorge@host:port`)."""
+    return f"{PHORGE_ALIAS}@{ref_key}"
+
+
+def is_phorge_alias(alias: str) -> bool:
+    return alias == PHORGE_ALIAS or alias.startswith(f"{PHORGE_ALIAS}@")
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class DeliveryConfig:
     attempt_log_per_hook: int = 10_000
     attempt_log_body_bytes: int = 0
     delivery_id_hooks: DeliveryIdHooks = DELIVERY_ID_OFF  # GORGE_WEBHOOK_DELIVERY_ID_HOOKS: off by default
+    cluster: ClusterDatabases | None = None  # GORGE_WEBHOOK_CLUSTER_DATABASES: how to reach every master
 
     @property
     def lease_was_clamped(self) -> bool:
@@ -67,8 +79,34 @@ class DeliveryConfig:
 @dataclass(frozen=True)
 class LoadedConfig:
     delivery: DeliveryConfig
-    phorge_database_url: str
+    phorge_database_url: str = field(repr=False)
     errors: tuple[ConfigError, ...]
+    # Database URLs of the masters other than herald's, by ref key ("host:port"): Django aliases master_alias().
+    master_urls: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+def _cluster(raw: str, herald_url: str) -> tuple[ClusterDatabases | None, dict[str, str], list[ConfigError]]:
+    """GORGE_WEBHOOK_CLUSTER_DATABASES: Phorge's `cluster.databases` JSON; each master other than herald's
+    is reached with the entry's user and pass, else with the herald connection's. Errors never show a value."""
+    try:
+        cluster = loads_cluster_databases(raw)
+    except ClusterError as exc:
+        return None, {}, [ConfigError(CLUSTER_VARIABLE, f"{exc} (the JSON of Phorge's cluster.databases)")]
+    parts = urlsplit(herald_url)
+    if not parts.scheme.startswith("mysql"):
+        return None, {}, [ConfigError(CLUSTER_VARIABLE, "needs a MySQL/MariaDB herald database")]
+    herald = cluster.master_for(HERALD)
+    if herald is None:
+        return None, {}, [ConfigError(CLUSTER_VARIABLE, "no master serves herald (no partition lists it, no default)")]
+    urls = {}
+    masters = {ref.ref_key: ref for ref in cluster.enabled_masters()}
+    for master in (masters[key] for key in cluster.reachable()):
+        user = master.user if master.user is not None else unquote(parts.username or "")
+        password = master.password if master.password is not None else unquote(parts.password or "")
+        host = f"[{master.host}]" if ":" in master.host else master.host
+        auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "")
+        urls[master.ref_key] = f"mysql://{auth}@{host}:{master.port}/"
+    return cluster, urls, []
 
 
 def default_blacklist() -> tuple[IPNetwork, ...]:
@@ -233,6 +271,13 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         r.errors.append(ConfigError("GORGE_WEBHOOK_DELIVERY_ID_HOOKS", str(exc)))
         delivery_id_hooks = DELIVERY_ID_OFF
 
+    cluster: ClusterDatabases | None = None
+    master_urls: dict[str, str] = {}
+    cluster_errors: list[ConfigError] = []
+    if raw_cluster := r.raw(CLUSTER_VARIABLE):
+        cluster, master_urls, cluster_errors = _cluster(raw_cluster, url)
+    r.errors.extend(cluster_errors)
+
     minimum_lease = math.ceil(timeout) + LEASE_MARGIN_SEC
     delivery = DeliveryConfig(
         namespace=namespace,
@@ -256,5 +301,6 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         attempt_log_per_hook=log_per_hook,
         attempt_log_body_bytes=log_body,
         delivery_id_hooks=delivery_id_hooks,
+        cluster=cluster,
     )
-    return LoadedConfig(delivery=delivery, phorge_database_url=url, errors=tuple(r.errors))
+    return LoadedConfig(delivery=delivery, phorge_database_url=url, errors=tuple(r.errors), master_urls=master_urls)

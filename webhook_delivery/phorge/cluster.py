@@ -1,13 +1,15 @@
 """Phorge's `cluster.databases` (PhabricatorDatabaseRefParser, PhabricatorDatabaseRef): its validation, and
 which master serves an application, as Phorge resolves it. Pure: the value comes from `hoststate`
-(databases.py) as `bin/storage partition` wrote it, passwords left out.
+(databases.py) as `bin/storage partition` wrote it, passwords left out, or from
+GORGE_WEBHOOK_CLUSTER_DATABASES (config.py), which may name a user and password per host.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 HERALD = "herald"
@@ -44,6 +46,8 @@ class DatabaseRef:
     applications: frozenset[str] = frozenset()  # the partition list, without "default"
     is_default: bool = False
     master: str | None = None  # a replica's master, by ref key
+    user: str | None = field(default=None, compare=False)
+    password: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def ref_key(self) -> str:
@@ -85,6 +89,17 @@ class ClusterDatabases:
         if master == self.master_for(HERALD):
             return None
         return "no master" if master is None else master.ref_key
+
+    def reachable(self) -> list[str]:
+        """The enabled masters other than herald's: those the service connects to beside herald's."""
+        home = self.master_for(HERALD)
+        return [ref.ref_key for ref in self.enabled_masters() if ref != home]
+
+    def layout(self) -> tuple[tuple[str, tuple[str, ...], bool], ...]:
+        """Which enabled master serves what: two maps place every application alike when these are equal."""
+        return tuple(
+            sorted((ref.ref_key, tuple(sorted(ref.applications)), ref.is_default) for ref in self.enabled_masters())
+        )
 
     def others(self) -> list[str]:
         """Each enabled master that is not herald's, with what lives there: for the warnings."""
@@ -182,6 +197,8 @@ def parse_cluster_databases(value: Any, *, default_port: int = DEFAULT_PORT) -> 
             applications=frozenset(applications),
             is_default=is_default,
             master=master,
+            user=spec.get("user"),
+            password=spec.get("pass"),
         )
     for key, ref in refs.items():
         if ref.is_master:
@@ -191,7 +208,7 @@ def parse_cluster_databases(value: Any, *, default_port: int = DEFAULT_PORT) -> 
                 raise ClusterError(f'replica {key} has no "master": a partitioned cluster must name it')
             if not master_keys:
                 raise ClusterError(f"replica {key} has no master: cluster.databases lists no master")
-            refs[key] = DatabaseRef(ref.host, ref.port, False, disabled=ref.disabled, master=master_keys[0])
+            refs[key] = dataclasses.replace(ref, master=master_keys[0])
         elif ref.master not in master_keys:
             raise ClusterError(f"replica {key} names the master {ref.master!r}, which is not a configured master")
     return ClusterDatabases(tuple(refs.values()))

@@ -24,10 +24,11 @@ from ..config import DeliveryConfig, IPNetwork, parse_blacklist
 from .databases import (
     CACHE_SEC,
     ConnectionSource,
-    PartitionMap,
-    _default_connection,
+    Masters,
+    MasterUnavailable,
     _NoAccessError,
     _select,
+    herald_connection,
     qualified,
 )
 from .herald import text
@@ -282,11 +283,11 @@ class ConfigDatabase:
         connection: ConnectionSource | None = None,
         ttl: float = CACHE_SEC,
         clock: Callable[[], float] = time.monotonic,
-        partitions: PartitionMap | None = None,
+        masters: Masters | None = None,
     ) -> None:
         self.table = qualified(namespace, "config", "config_entry")
-        self._connection = connection or _default_connection
-        self.partitions = partitions or PartitionMap(namespace, connection=self._connection)
+        self.masters = masters or Masters.single(namespace, connection or herald_connection)
+        self.partitions = self.masters.partitions
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
@@ -311,23 +312,28 @@ class ConfigDatabase:
             self._lock.release()
 
     def _query(self) -> dict[str, Any] | None:
-        master = self.partitions.current().elsewhere("config")
-        if master != self._elsewhere:
-            self._elsewhere = master
-            if master is not None:
+        route = self.masters.route("config")
+        unreached = None if route.source is not None else route.master
+        if unreached != self._elsewhere:
+            self._elsewhere = unreached
+            if unreached is not None:
                 logger.warning(
-                    f"Phorge's config application is on another master ({master}) than herald's: {self.table} "
-                    "is not read here, and values stored there are not seen",
-                    extra={"application": "config", "master": master},
+                    f"Phorge's config application is on another master ({unreached}) than herald's, which this "
+                    f"service cannot reach: {self.table} is not read, and values stored there are not seen",
+                    extra={"application": "config", "master": unreached},
                 )
-        if master is not None:
+        if route.source is None:
             return None
         sql = (
             f"SELECT configKey, value FROM {self.table} WHERE namespace = 'default' "
             f"AND configKey IN ({', '.join(['%s'] * len(SETTING_KEYS))}) AND isDeleted = 0"
         )
         try:
-            rows = _select(self._connection, sql, SETTING_KEYS)
+            rows = _select(route.source, sql, SETTING_KEYS)
+        except MasterUnavailable:
+            # Logged by Masters; the values last read stay in force (none read yet: as without the grant).
+            cached = self._cached
+            return None if cached is None else cached[1]
         except _NoAccessError as exc:
             if not self._unreadable:
                 self._unreadable = True
@@ -362,12 +368,10 @@ class PhorgeSettings:
         connection: ConnectionSource | None = None,
         ttl: float = CACHE_SEC,
         clock: Callable[[], float] = time.monotonic,
-        partitions: PartitionMap | None = None,
+        masters: Masters | None = None,
     ) -> None:
         self.config = config
-        self.database = ConfigDatabase(
-            config.namespace, connection=connection, ttl=ttl, clock=clock, partitions=partitions
-        )
+        self.database = ConfigDatabase(config.namespace, connection=connection, ttl=ttl, clock=clock, masters=masters)
         self.local = LocalConfigFile(config.phorge_local_config, clock=clock) if config.phorge_local_config else None
         self._lock = threading.Lock()
         self._cached: tuple[tuple[LocalRead | None, dict[str, Any] | None], PhorgeConfig] | None = None

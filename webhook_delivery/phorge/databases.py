@@ -8,7 +8,9 @@ as django.db.DatabaseError so the worker's outage handling keeps the request que
 
 Used by objects.py (objects and transactions), php_guard.py (Phorge's PHP worker) and
 config.py (Phorge's own settings). On a partitioned Phorge (`PartitionMap`, from `<ns>_meta_data.hoststate`)
-the tables of applications on another master are empty copies on herald's: each reader skips those.
+the tables of applications on another master are empty copies on herald's: `Masters` sends each read to
+its application's master when GORGE_WEBHOOK_CLUSTER_DATABASES says how to reach it, and otherwise the
+reader skips it. A master that does not answer raises MasterUnavailable: only what lives there waits.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, connections
 
-from ..config import NAMESPACE_RE, PHORGE_ALIAS
+from ..config import CLUSTER_VARIABLE, NAMESPACE_RE, PHORGE_ALIAS, master_alias
 from .cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases
 
 logger = logging.getLogger(__name__)
@@ -35,6 +37,7 @@ NO_ACCESS_ERRORS = frozenset({1044, 1049, 1142, 1143, 1146})
 CACHE_SEC = 5.0
 UNREADABLE_RECHECK_SEC = 60.0
 PARTITION_CACHE_SEC = 30.0  # the map changes only with `bin/storage partition`
+MASTER_DOWN_SEC = 10.0  # after a master failed to answer, its reads wait this long before it is tried again
 HOSTSTATE_KEY = "cluster.databases"
 
 # A connection lent for one statement: the worker's session pool, or the calling thread's own connection.
@@ -53,7 +56,7 @@ def _error_code(exc: DatabaseError) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def _default_connection() -> AbstractContextManager[Any]:
+def herald_connection() -> AbstractContextManager[Any]:
     return nullcontext(connections[PHORGE_ALIAS])
 
 
@@ -103,12 +106,14 @@ def _select(source: ConnectionSource, sql: str, params: Iterable[Any]) -> list[t
 @dataclass(frozen=True)
 class Placement:
     """Where Phorge's applications live, as herald's master records it. `cluster` is None when that is not
-    known (no hoststate row, no grant): every read is made on herald's master, as on a single server.
-    `problem` is set when a row is there but cannot be understood: then no other application is assumed
-    to be on herald's master."""
+    known (no hoststate row, no grant, and no GORGE_WEBHOOK_CLUSTER_DATABASES): every read is made on
+    herald's master, as on a single server. `problem` is set when a row is there but cannot be understood or
+    disagrees with the variable: then no other application is assumed to be on herald's master.
+    `reachable`: the other masters this service was told how to reach (the variable)."""
 
     cluster: ClusterDatabases | None = None
     problem: str = ""
+    reachable: frozenset[str] = frozenset()
 
     @property
     def partitioned(self) -> bool:
@@ -121,23 +126,30 @@ class Placement:
             return None if application == HERALD else "an unknown master (the partition map is unreadable)"
         return None if self.cluster is None else self.cluster.elsewhere(application)
 
+    def unreached(self, application: str) -> str | None:
+        """The master of an application whose reads this service cannot make: elsewhere and not reachable."""
+        master = self.elsewhere(application)
+        return None if master is None or master in self.reachable else master
+
     def warning(self) -> str | None:
         """What an operator must know when partitioned, for check, /readyz and the health JSON."""
         if self.problem:
             return (
-                f"Phorge's partition map (hoststate {HOSTSTATE_KEY}) cannot be parsed: {self.problem}; lookups "
+                f"Phorge's partition map (hoststate {HOSTSTATE_KEY}) cannot be used: {self.problem}; lookups "
                 "outside herald are not made (stored transactions are sent unchecked)"
             )
         if self.cluster is None or not self.cluster.partitioned:
             return None
         home = self.cluster.master_for(HERALD)
+        others = [line for line in self.cluster.others() if line.split(" ", 1)[0] not in self.reachable]
+        if not others:
+            return None
         text = (
-            f"Phorge's databases are partitioned (herald on {home.ref_key if home else 'no master'}; other "
-            f"masters: {'; '.join(self.cluster.others())}) and this service reaches only herald's master: lookups "
-            "of applications elsewhere are not made (stored transactions are sent unchecked, deleted objects are "
-            "not detected)"
+            f"Phorge's databases are partitioned (herald on {home.ref_key if home else 'no master'}; masters "
+            f"this service cannot reach: {'; '.join(others)}; set {CLUSTER_VARIABLE}): lookups of applications "
+            "there are not made (stored transactions are sent unchecked, deleted objects are not detected)"
         )
-        if (locks := self.elsewhere("repository")) is not None:
+        if (locks := self.unreached("repository")) is not None:
             text += f"; {lock_warning(locks)}"
         return text
 
@@ -160,11 +172,13 @@ class PartitionMap:
         namespace: str,
         *,
         connection: ConnectionSource | None = None,
+        configured: ClusterDatabases | None = None,
         ttl: float = PARTITION_CACHE_SEC,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = qualified(namespace, "meta_data", "hoststate")
-        self._connection = connection or _default_connection
+        self.configured = configured
+        self._connection = connection or herald_connection
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
@@ -180,27 +194,130 @@ class PartitionMap:
             return placement
 
     def _read(self) -> Placement:
+        configured = self.configured
+        reachable = frozenset() if configured is None else frozenset(configured.reachable())
+        recorded = self._recorded()
+        if isinstance(recorded, Placement):
+            return recorded
+        if recorded is None:
+            return Placement(configured, reachable=reachable)
+        if configured is not None and configured.layout() != recorded.layout():
+            problem = f"{CLUSTER_VARIABLE} places the applications otherwise than {self.table}"
+            if _MAP_LOG.first(f"disagree {self.table}"):
+                logger.error(f"{problem}: no lookup outside herald is made until they agree (Phorge refuses too)")
+            return Placement(problem=problem)
+        return Placement(recorded, reachable=reachable)
+
+    def _recorded(self) -> ClusterDatabases | Placement | None:
+        """The map in hoststate; None when there is none to read; a Placement with the problem when unusable."""
         sql = f"SELECT stateValue FROM {self.table} WHERE stateKey = %s"
         try:
             rows = _select(self._connection, sql, [HOSTSTATE_KEY])
         except _NoAccessError as exc:
             if exc.code is not None and _MAP_LOG.first(f"unreadable {self.table}"):
+                known = f"{CLUSTER_VARIABLE} is used" if self.configured else "every lookup is made on herald's master"
                 logger.info(
-                    f"cannot read {self.table} (no SELECT grant, or no such table): whether Phorge's databases "
-                    "are partitioned is not known, and every lookup is made on herald's master",
+                    f"cannot read {self.table} (no SELECT grant, or no such table): Phorge's own partition map is "
+                    f"not known, and {known}",
                     extra={"mysql_error": exc.code},
                 )
-            return Placement()
+            return None
         if not rows:
-            return Placement()
+            return None
         (value,) = rows[0]
         try:
-            cluster = loads_cluster_databases(value.decode() if isinstance(value, bytes) else str(value))
+            return loads_cluster_databases(value.decode() if isinstance(value, bytes) else str(value))
         except (ClusterError, UnicodeDecodeError) as exc:
             if _MAP_LOG.first(f"invalid {self.table}"):
                 logger.warning(f"cannot parse Phorge's partition map in {self.table}: {exc}")
             return Placement(problem=str(exc))
-        return Placement(cluster)
 
 
 _MAP_LOG = _OnceLog()
+
+
+def alias_source(ref_key: str) -> ConnectionSource | None:
+    """The calling thread's connection to another master, None when GORGE_WEBHOOK_CLUSTER_DATABASES does not
+    name it (settings.py makes an alias of each master it names)."""
+    alias = master_alias(ref_key)
+    if alias not in connections.settings:
+        return None
+    return lambda: nullcontext(connections[alias])
+
+
+class MasterUnavailable(Exception):
+    """A master other than herald's does not answer. Not a DatabaseError: herald is fine, and only what
+    lives on that master waits (its requests stay queued, claimed until their lease runs out)."""
+
+    def __init__(self, master: str) -> None:
+        super().__init__(f"Phorge's database master {master} does not answer")
+        self.master = master
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one application's reads go: `source` None when they are not made (a master this service cannot
+    reach); `master` names the other master, None for herald's own."""
+
+    source: ConnectionSource | None
+    master: str | None
+
+
+class Masters:
+    """Each application's reads on its own master: herald's connection for what lives beside herald, the
+    connection `others(ref_key)` lends for another master (None: not configured), through a guard that turns
+    that master's outage into MasterUnavailable and waits MASTER_DOWN_SEC before trying it again."""
+
+    def __init__(
+        self,
+        partitions: PartitionMap,
+        herald: ConnectionSource,
+        *,
+        others: Callable[[str], ConnectionSource | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.partitions = partitions
+        self.herald = herald
+        self._others = others or (lambda _ref_key: None)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._down_until: dict[str, float] = {}
+
+    @classmethod
+    def single(cls, namespace: str, herald: ConnectionSource, *, configured: ClusterDatabases | None = None) -> Masters:
+        """One reader of the map on `herald`; the other masters (if configured) through this thread's
+        connections of their Django aliases (the web side; the worker lends pooled ones)."""
+        return cls(PartitionMap(namespace, connection=herald, configured=configured), herald, others=alias_source)
+
+    def route(self, application: str) -> Route:
+        master = self.partitions.current().elsewhere(application)
+        if master is None:
+            return Route(self.herald, None)
+        source = self._others(master)
+        if source is None:
+            return Route(None, master)
+        return Route(lambda: self._guarded(master, source), master)
+
+    @contextmanager
+    def _guarded(self, master: str, source: ConnectionSource) -> Iterator[Any]:
+        with self._lock:
+            if self._down_until.get(master, 0.0) > self._clock():
+                raise MasterUnavailable(master)
+        try:
+            with source() as connection:
+                yield connection
+        except DatabaseError as exc:
+            with self._lock:
+                first = master not in self._down_until
+                self._down_until[master] = self._clock() + MASTER_DOWN_SEC
+            if first:
+                logger.error(
+                    f"Phorge's database master {master} does not answer: what lives there waits (its lookups "
+                    f"are tried again every {MASTER_DOWN_SEC:.0f} s; requests that need them stay queued)",
+                    extra={"master": master, "mysql_error": _error_code(exc)},
+                )
+            raise MasterUnavailable(master) from exc
+        with self._lock:
+            recovered = self._down_until.pop(master, None) is not None
+        if recovered:
+            logger.info(f"Phorge's database master {master} answers again", extra={"master": master})

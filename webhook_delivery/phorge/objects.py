@@ -1,7 +1,9 @@
 """PHP's object check and transaction query for the Dispatcher, read-only in Phorge's application databases:
 does the request's object still exist, and which of its stored transactions still exist, newest first (the
-worker's steps 6 and 7). Reached through databases.py; without a grant, or when the application is on
-another master of a partitioned Phorge (whose tables here are empty copies), the stored order is kept.
+worker's steps 6 and 7). Reached through databases.py, each read on its application's master; without a
+grant, or when the application is on a master of a partitioned Phorge this service cannot reach (its tables
+on herald's are empty copies), the stored order is kept. A master that does not answer raises
+databases.MasterUnavailable.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any
 from .databases import (
     UNREADABLE_RECHECK_SEC,
     ConnectionSource,
-    PartitionMap,
-    _default_connection,
+    Masters,
+    Route,
     _NoAccessError,
     _OnceLog,
     _select,
+    herald_connection,
     qualified,
 )
 from .herald import text
@@ -72,26 +75,25 @@ class PhorgeObjects:
     """The ObjectLookup of the Dispatcher: PHP's object check and transaction query, read-only."""
 
     def __init__(
-        self, namespace: str, *, connection: ConnectionSource | None = None, partitions: PartitionMap | None = None
+        self, namespace: str, *, connection: ConnectionSource | None = None, masters: Masters | None = None
     ) -> None:
         self.namespace = namespace
-        self._connection = connection or _default_connection
-        self.partitions = partitions or PartitionMap(namespace, connection=self._connection)
+        self.masters = masters or Masters.single(namespace, connection or herald_connection)
+        self.partitions = self.masters.partitions
         self._logged = _OnceLog()
         self._unreadable: dict[str, float] = {}
 
-    def _elsewhere(self, app: str, tables: ObjectTables) -> bool:
-        """Whether `app` is on another master (its tables here are empty copies): said once per application."""
-        master = self.partitions.current().elsewhere(app)
-        if master is None:
-            return False
-        if self._logged.first(f"elsewhere {app}"):
+    def _route(self, app: str, tables: ObjectTables) -> Route:
+        """Where `app`'s tables are read; a master this service cannot reach is said once per application."""
+        route = self.masters.route(app)
+        if route.source is None and self._logged.first(f"elsewhere {app}"):
             logger.warning(
-                f"Phorge's {app} application is on another master ({master}) than herald's: its tables are not "
-                f"read here, and for {tables.label} the stored transactions are sent, newest first, unchecked",
-                extra={"application": app, "master": master},
+                f"Phorge's {app} application is on another master ({route.master}) than herald's, which this "
+                f"service cannot reach: its tables are not read, and for {tables.label} the stored transactions "
+                "are sent, newest first, unchecked",
+                extra={"application": app, "master": route.master},
             )
-        return True
+        return route
 
     def _known_unreadable(self, table: str) -> bool:
         return self._unreadable.get(table, 0.0) > time.monotonic()
@@ -106,12 +108,12 @@ class PhorgeObjects:
                     extra={"phid_type": phid_type},
                 )
             return transactions_newest_first(stored)
-        connection = self._connection
         objects = qualified(self.namespace, tables.object_app, tables.object_table)
-        if self._known_unreadable(objects) or self._elsewhere(tables.object_app, tables):
+        route = self._route(tables.object_app, tables)
+        if self._known_unreadable(objects) or route.source is None:
             return transactions_newest_first(stored)
         try:
-            found = _select(connection, f"SELECT 1 FROM {objects} WHERE phid = %s LIMIT 1", [object_phid])
+            found = _select(route.source, f"SELECT 1 FROM {objects} WHERE phid = %s LIMIT 1", [object_phid])
         except _NoAccessError as exc:
             return self._fall_back(objects, tables, phid_type, exc, stored, objects_checked=False)
         if not found:
@@ -120,12 +122,13 @@ class PhorgeObjects:
         if not wanted:
             return []
         xactions = qualified(self.namespace, tables.xaction_app, tables.xaction_table)
-        if self._known_unreadable(xactions) or self._elsewhere(tables.xaction_app, tables):
+        route = self._route(tables.xaction_app, tables)
+        if self._known_unreadable(xactions) or route.source is None:
             return transactions_newest_first(stored)
         marks = ", ".join(["%s"] * len(wanted))
         try:
             rows = _select(
-                connection,
+                route.source,
                 f"SELECT phid FROM {xactions} WHERE objectPHID = %s AND phid IN ({marks}) ORDER BY id DESC",
                 [object_phid, *wanted],
             )

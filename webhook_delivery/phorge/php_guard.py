@@ -15,10 +15,11 @@ from .databases import (
     CACHE_SEC,
     UNREADABLE_RECHECK_SEC,
     ConnectionSource,
-    PartitionMap,
-    _default_connection,
+    Masters,
+    MasterUnavailable,
     _NoAccessError,
     _select,
+    herald_connection,
     qualified,
 )
 from .herald import text
@@ -51,13 +52,13 @@ class PhpWorkerGuard:
         ttl: float = CACHE_SEC,
         recent_sec: int = RECENT_ARCHIVE_SEC,
         clock: Callable[[], float] = time.monotonic,
-        partitions: PartitionMap | None = None,
+        masters: Masters | None = None,
     ) -> None:
         self.active_table = qualified(namespace, "worker", "worker_activetask")
         self.archive_table = qualified(namespace, "worker", "worker_archivetask")
         self.recent_sec = recent_sec
-        self._connection = connection or _default_connection
-        self.partitions = partitions or PartitionMap(namespace, connection=self._connection)
+        self.masters = masters or Masters.single(namespace, connection or herald_connection)
+        self.partitions = self.masters.partitions
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
@@ -88,18 +89,17 @@ class PhpWorkerGuard:
             self._cached = (now, state)
             return state
 
-    def _elsewhere(self) -> str | None:
-        return self.partitions.current().elsewhere("worker")
-
     def _read(self) -> PhpDelivery:
-        connection = self._connection
-        if (master := self._elsewhere()) is not None:
+        route = self.masters.route("worker")
+        if (connection := route.source) is None:
             return PhpDelivery.unknown(
-                f"Phorge's worker application is on another master ({master}) than herald's: its "
-                f"{self.active_table} here is an empty copy, so PHP delivery cannot be seen"
+                f"Phorge's worker application is on another master ({route.master}) than herald's, which this "
+                f"service cannot reach: its {self.active_table} here is an empty copy, so PHP delivery cannot be seen"
             )
         try:
             ((active, leased, db_now),) = _select(connection, self.active_sql(), [WEBHOOK_TASK_CLASS])
+        except MasterUnavailable as exc:
+            return PhpDelivery.unknown(f"{exc}: PHP delivery cannot be seen")
         except _NoAccessError:
             return PhpDelivery.unknown(f"cannot read {self.active_table} (no SELECT grant, or not Phorge's database)")
         active, leased, db_now = int(active), int(leased), int(db_now)
@@ -109,7 +109,7 @@ class PhpWorkerGuard:
             )
             recent: int | None = int(archived)
             last: int | None = None if latest is None else int(latest)
-        except _NoAccessError:
+        except (_NoAccessError, MasterUnavailable):
             recent = last = None
         minutes = self.recent_sec // 60
         parts = [f"{active} HeraldWebhookWorker task(s) queued in Phorge ({leased} leased by phd)"]
@@ -136,14 +136,16 @@ class PhpWorkerGuard:
             return None
         if not phids:
             return set()
-        if self._elsewhere() is not None:
+        if (connection := self.masters.route("worker").source) is None:
             return None
         sql = (
             f"SELECT objectPHID FROM {self.active_table} "
             f"WHERE objectPHID IN ({', '.join(['%s'] * len(phids))}) AND taskClass = %s"
         )
         try:
-            rows = _select(self._connection, sql, [*phids, WEBHOOK_TASK_CLASS])
+            rows = _select(connection, sql, [*phids, WEBHOOK_TASK_CLASS])
+        except MasterUnavailable:
+            return None
         except _NoAccessError:
             self._unreadable_until = self._clock() + UNREADABLE_RECHECK_SEC
             return None

@@ -12,13 +12,20 @@ from django.db import DatabaseError, connections
 
 from ..config import PHORGE_ALIAS, DeliveryConfig
 from ..phorge.config import PhorgeConfig, PhorgeSettings
+from ..phorge.databases import Masters, herald_connection
 from ..phorge.php_guard import PhpWorkerGuard
 from ..state import PhpDelivery
 
 
 @functools.cache
+def _masters(config: DeliveryConfig) -> Masters:
+    # One reader of the partition map, and the way to each master, for the settings and the PHP guard.
+    return Masters.single(config.namespace, herald_connection, configured=config.cluster)
+
+
+@functools.cache
 def _phorge_settings(config: DeliveryConfig) -> PhorgeSettings:
-    return PhorgeSettings(config)  # one per process and configuration, cached a few seconds
+    return PhorgeSettings(config, masters=_masters(config))  # one per process and configuration, cached a few seconds
 
 
 def phorge_settings() -> PhorgeConfig | None:
@@ -38,7 +45,8 @@ def phorge_base_uri() -> str | None:
 
 @functools.cache
 def _php_guard(namespace: str) -> PhpWorkerGuard:
-    return PhpWorkerGuard(namespace)  # one per process, so its short cache spares the database
+    masters = _masters(settings.GORGE_WEBHOOK)
+    return PhpWorkerGuard(namespace, masters=masters)  # one per process, so its short cache spares the database
 
 
 def php_delivery_state() -> PhpDelivery:

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from ..config import DeliveryConfig
+from ..phorge.databases import MasterUnavailable
 from ..phorge.herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
 from ..phorge.locks import webhook_lock_name
 from ..phorge.outcomes import Outcome, with_error
@@ -29,7 +30,7 @@ from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
 from .memory import release_free_memory
 from .metrics import Counters, Event
 from .php_watch import PhpWatch
-from .sessions import LockSession
+from .sessions import LockLost, LockSession
 from .store import Store
 from .window import Settlement
 
@@ -77,6 +78,9 @@ UNREADABLE = Outcome(
 _WRITE_PROBE = Outcome(RequestStatus.QUEUED, RequestResult.FAIL, "timeout", 28, attempted=True)
 
 
+UNLOCKED = -1  # the token of a job run without the hook lock (never a lock session's generation)
+
+
 def _readable(text: str | None) -> tuple[dict[str, Any] | None, str]:
     """The decoded properties when they can be both read and written back with an outcome, else None
     and the reason (a number beyond a double, nesting deeper than the encoder goes, not an object...)."""
@@ -118,6 +122,7 @@ class JobRunner:
         self.php = php
         self.attempts = attempts
         self._large = threading.BoundedSemaphore(LARGE_AT_ONCE)
+        self._unlocked = False  # delivering without hook locks now (their master does not answer)
 
     def run(self, job: Job) -> JobResult:
         result = JobResult(Settlement(job.hook_phid, job.rows))
@@ -125,7 +130,7 @@ class JobRunner:
         try:
             if self._all_php(job, result.settlement):
                 return result  # the hook's lock was never taken, so no PHP task finds it busy
-            token = self.locks.acquire(name)
+            token = self._lock(name)
             if token is None:
                 result.lock_busy = True
                 return result
@@ -135,7 +140,8 @@ class JobRunner:
                 result.breaker_closed = True
                 self._deliver_rows(job, result, name, token)
             finally:
-                self.locks.release(name, token)
+                if token != UNLOCKED:
+                    self.locks.release(name, token)
         except _Stop:
             pass
         except DatabaseError:
@@ -143,6 +149,28 @@ class JobRunner:
         except Exception:
             logger.exception("unexpected error in delivery job", extra={"hook": job.hook_phid})
         return result
+
+    def _lock(self, name: str) -> int | None:
+        """Phorge's hook lock: its token, None when someone else holds it, UNLOCKED when the lock master (the
+        repository application's, not herald's) does not answer. PHP's workers cannot lock there either, so
+        none of them delivers meanwhile; claims still make each request one call."""
+        try:
+            token = self.locks.acquire(name)
+        except LockLost:
+            if self.locks.beside_claims:
+                raise  # herald's own server: the worker's outage handling
+            if not self._unlocked:
+                self._unlocked = True
+                logger.error(
+                    "the master holding Phorge's hook locks does not answer: delivering without the locks (PHP's "
+                    "workers cannot take them either; a claim still makes each request one call)",
+                    extra={"lock_database": self.locks.alias},
+                )
+            return UNLOCKED
+        if self._unlocked and token is not None:
+            self._unlocked = False
+            logger.info("Phorge's hook locks are taken again", extra={"lock_database": self.locks.alias})
+        return token
 
     def _in_backoff(self, hook_phid: str, result: JobResult) -> bool:
         threshold, window = self.config.error_threshold, self.config.error_backoff_sec
@@ -219,15 +247,20 @@ class JobRunner:
     def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int) -> None:
         pending = self._reread(job.rows, result.settlement)
         lost_once: set[int] = set()
+        locked = token != UNLOCKED
         while pending and not self.stopping.is_set():
             row = pending.pop(0)
-            holder = self.locks.holder(token)
-            if self.locks.is_mysql and holder is None:
+            holder = self.locks.holder(token) if locked else None
+            if locked and self.locks.is_mysql and holder is None:
                 result.lock_lost = True
                 return
-            outcome = self._deliver_row(job, row, result, None if holder is None else (name, holder))
+            if holder is not None and not self.locks.beside_claims and not self.locks.holds(name, token):
+                result.lock_lost = True  # the lock is on another server than the claim: asked before it
+                return
+            lock = (name, holder) if holder is not None and self.locks.beside_claims else None
+            outcome = self._deliver_row(job, row, result, lock)
             if outcome is None:  # claim lost: our snapshots are likely stale, or the lock is gone
-                if not self.locks.holds(name, token):
+                if locked and not self.locks.holds(name, token):
                     result.lock_lost = True
                     return
                 if row.id in lost_once:
@@ -285,6 +318,10 @@ class JobRunner:
             return self._poison(row, version, claimed_at, result, str(exc), began)
         except SilentModeUnknown:
             result.settlement.claimed.append(row.id)  # untouched but for the claim: back after the lease
+            raise _Stop from None
+        except MasterUnavailable:
+            # Its object lives on a master that does not answer (Masters said so): it waits out its claim.
+            result.settlement.claimed.append(row.id)
             raise _Stop from None
         except DatabaseError:
             raise  # an outage: the row waits out its claim and comes back

@@ -25,7 +25,7 @@ from django.db import DatabaseError, connections
 
 from ..config import PHORGE_ALIAS, DeliveryConfig
 from ..phorge.config import PhorgeSettings
-from ..phorge.databases import PartitionMap, lock_warning
+from ..phorge.databases import Masters, PartitionMap, lock_warning
 from ..phorge.herald import Hook
 from ..phorge.objects import PhorgeObjects
 from ..phorge.php_guard import PhpWorkerGuard
@@ -41,7 +41,7 @@ from .memory import limit_malloc_arenas
 from .metrics import Counters
 from .php_watch import PhpWatch
 from .scheduling import Scheduler
-from .sessions import LockSession, SessionPool, close_quietly
+from .sessions import LockSession, MasterPools, SessionPool, close_quietly, lock_alias
 from .store import Store
 from .window import QueueWindow
 
@@ -72,19 +72,22 @@ class Worker:
         self.alias = alias
         self.reader = Store(alias)
         self.pool = SessionPool(alias, config.db_pool_size)
-        self.locks = LockSession(alias)
-        # One reader of Phorge's partition map for the settings, the object lookups and the PHP guard.
-        self.partitions = PartitionMap(config.namespace, connection=self.pool.connection)
-        self.phorge_settings = PhorgeSettings(config, connection=self.pool.connection, partitions=self.partitions)
+        cluster = config.cluster
+        locks_at = lock_alias(alias, None if cluster is None else cluster.elsewhere("repository"))
+        self.locks = LockSession(locks_at, beside_claims=locks_at == alias)
+        # One reader of Phorge's partition map, and one set of connections to the other masters, for the
+        # settings, the object lookups and the PHP guard.
+        self.partitions = PartitionMap(config.namespace, connection=self.pool.connection, configured=cluster)
+        self.other_masters = MasterPools()
+        masters = Masters(self.partitions, self.pool.connection, others=self.other_masters.source)
+        self.phorge_settings = PhorgeSettings(config, masters=masters)
         self.dispatcher = dispatcher or Dispatcher(
             config,
             silent=self.phorge_settings.silent,
             blacklist=self.phorge_settings.blacklist,
-            objects=PhorgeObjects(config.namespace, connection=self.pool.connection, partitions=self.partitions),
+            objects=PhorgeObjects(config.namespace, masters=masters),
         )
-        self.php = PhpWatch(
-            PhpWorkerGuard(config.namespace, connection=self.pool.connection, partitions=self.partitions)
-        )
+        self.php = PhpWatch(PhpWorkerGuard(config.namespace, masters=masters))
         self.max_concurrent = max_concurrent or config.max_concurrent
         self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
         self.once = once
@@ -240,6 +243,7 @@ class Worker:
                 self.attempts.close()
             self.locks.close()
             self.pool.close()
+            self.other_masters.close()
             close_quietly(connections[self.alias])
             restore()
         logger.info("deliver_webhooks stopped")
@@ -248,7 +252,7 @@ class Worker:
     def _warn_if_locks_elsewhere(self) -> None:
         """Said at start: on a partitioned Phorge, PHP's workers take their hook locks on another master."""
         try:
-            master = self.partitions.current().elsewhere("repository")
+            master = self.partitions.current().unreached("repository")
         except DatabaseError:
             return  # the loop notices the outage and says so
         if master is not None:

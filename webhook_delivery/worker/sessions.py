@@ -10,7 +10,9 @@ Deliveries run on many threads, but they do not each hold a connection:
   lock is still held by it (`IS_USED_LOCK(name) = <its connection id>`), so nothing new is started for a
   hook whose lock was lost.
 
-With the main thread's own connection (polls), a process holds `pool size + 2` connections.
+With the main thread's own connection (polls), a process holds `pool size + 2` connections. On a
+partitioned Phorge it also holds, on each other master it reads from (`MasterPools`), at most
+MASTER_POOL_SIZE, and the lock session lives on the repository application's master, as Phorge's locks do.
 """
 
 from __future__ import annotations
@@ -18,13 +20,18 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from django.db import DatabaseError, connections
 
+from ..config import master_alias
+from ..phorge.databases import MASTER_DOWN_SEC
 from . import metrics
+
+MASTER_POOL_SIZE = 2  # connections per other master: lookups are short, and each master has max_connections
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +82,41 @@ class SessionPool:
             close_quietly(wrapper)
 
 
+class MasterPools:
+    """Session pools on the other masters of a partitioned Phorge (Django aliases from
+    GORGE_WEBHOOK_CLUSTER_DATABASES), each opened on first use."""
+
+    def __init__(self, size: int = MASTER_POOL_SIZE) -> None:
+        self.size = size
+        self._pools: dict[str, SessionPool] = {}
+        self._lock = threading.Lock()
+
+    def source(self, ref_key: str) -> Any:
+        """The pool's `connection` for that master, None when the service was not told how to reach it."""
+        alias = master_alias(ref_key)
+        if alias not in connections.settings:
+            return None
+        with self._lock:
+            pool = self._pools.get(ref_key)
+            if pool is None:
+                pool = self._pools[ref_key] = SessionPool(alias, self.size)
+        source: Any = pool.connection
+        return source
+
+    def close(self) -> None:
+        with self._lock:
+            for pool in self._pools.values():
+                pool.close()
+
+
+def lock_alias(herald: str, repository_master: str | None) -> str:
+    """Where the hook locks are taken: the repository application's master when it is another, configured
+    one (PhabricatorGlobalLock takes every lock there), else herald's."""
+    if repository_master is None or master_alias(repository_master) not in connections.settings:
+        return herald
+    return master_alias(repository_master)
+
+
 class LockLost(DatabaseError):
     """The lock session is gone, and every hook lock it held with it."""
 
@@ -87,9 +129,13 @@ class LockSession:
     in-process only.
     """
 
-    def __init__(self, alias: str) -> None:
+    def __init__(self, alias: str, *, beside_claims: bool = True) -> None:
+        self.alias = alias
+        # On herald's server a claim checks the lock in its own UPDATE; elsewhere it is asked before each claim.
+        self.beside_claims = beside_claims
         self._wrapper = _new_wrapper(alias)
         self.is_mysql = self._wrapper.vendor == "mysql"
+        self._down_until = 0.0
         self._mutex = threading.Lock()
         self._local: dict[str, threading.Lock] = {}
         self.generation = 0
@@ -105,12 +151,16 @@ class LockSession:
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
         """One statement on the lock connection (mutex held by the caller); a failure loses the session."""
+        if not self.beside_claims and self._down_until > time.monotonic():
+            raise LockLost("the lock master does not answer")  # not a connect timeout per hook while it is down
         try:
             with self._cursor_locked() as cursor:
                 cursor.execute(sql, params)
                 return cursor.fetchone()[0]
         except DatabaseError as exc:
             self._lose()
+            if not self.beside_claims:
+                self._down_until = time.monotonic() + MASTER_DOWN_SEC
             raise LockLost("the lock session is gone") from exc
 
     def _lose(self) -> None:
