@@ -11,11 +11,16 @@ PHORGE_APP = "webhook_delivery"
 
 class PhorgeRouter:
     def db_for_read(self, model: type[Any], **hints: Any) -> str | None:
-        return PHORGE_ALIAS if model._meta.app_label == PHORGE_APP else None
+        if model._meta.app_label != PHORGE_APP:
+            return None
+        from webhook_delivery.web.replica import read_alias  # the admin's reads may go to a replica
 
-    # Named for writes too, as the admin opens its (read-only) transactions there; every ORM write to
-    # these models is refused by the models themselves (webhook_delivery.models.ReadOnlyQuerySet).
-    db_for_write = db_for_read
+        return read_alias()
+
+    def db_for_write(self, model: type[Any], **hints: Any) -> str | None:
+        # Named for writes too, as the admin opens its (read-only) transactions there; every ORM write to
+        # these models is refused by the models themselves (webhook_delivery.models.ReadOnlyQuerySet).
+        return PHORGE_ALIAS if model._meta.app_label == PHORGE_APP else None
 
     def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
         if obj1._meta.app_label == PHORGE_APP and obj2._meta.app_label == PHORGE_APP:

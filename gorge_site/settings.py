@@ -13,7 +13,14 @@ from pathlib import Path
 import environ
 
 from webhook_delivery.alerts.config import load_alert_config
-from webhook_delivery.config import PHORGE_ALIAS, ConfigError, load_config, master_alias, parse_bool
+from webhook_delivery.config import (
+    PHORGE_ALIAS,
+    REPLICA_ALIAS,
+    ConfigError,
+    load_config,
+    master_alias,
+    parse_bool,
+)
 from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -130,6 +137,10 @@ DATABASES[PHORGE_ALIAS]["CONN_MAX_AGE"] = 60
 # The other masters of a partitioned Phorge (GORGE_WEBHOOK_CLUSTER_DATABASES): read-only lookups and locks.
 for _ref_key, _url in _loaded.master_urls.items():
     DATABASES[master_alias(_ref_key)] = _database(_url, "GORGE_WEBHOOK_CLUSTER_DATABASES") | {"CONN_MAX_AGE": 60}
+if _loaded.replica_url:  # a replica of herald's master: reads of the pages, admin, API and web metrics
+    DATABASES[REPLICA_ALIAS] = _database(_loaded.replica_url, "GORGE_WEBHOOK_REPLICA_DATABASE_URL") | {
+        "CONN_MAX_AGE": 60
+    }
 DATABASE_ROUTERS = ["gorge_site.routers.PhorgeRouter"]
 MIGRATION_MODULES = {"webhook_delivery": None}
 

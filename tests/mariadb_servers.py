@@ -34,7 +34,7 @@ class PrivateServer:
     """A throwaway MariaDB server under `base`: `start()` (again after `stop()`, same data and port),
     `stop()` (a clean shutdown, as an operator's restart), `server` (root over TCP, no password)."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *args: str) -> None:
         binary = mariadbd()
         if binary is None:
             raise RuntimeError("extra MariaDB servers need mariadbd (apt-get install mariadb-server)")
@@ -44,6 +44,7 @@ class PrivateServer:
         self.socket = base / "mariadbd.sock"
         self.port = _free_port()
         self.server = Server("127.0.0.1", self.port, "root", "")
+        self.args = args  # more mariadbd options, e.g. --log-bin for a replication source
         self.process: subprocess.Popen[bytes] | None = None
         self._as_root = ["--user=root"] if os.geteuid() == 0 else []
 
@@ -82,6 +83,7 @@ class PrivateServer:
                 "--skip-name-resolve",
                 "--innodb-buffer-pool-size=16M",
                 f"--log-error={self.base / 'error.log'}",
+                *self.args,
                 *self._as_root,
             ],
             stdout=log,

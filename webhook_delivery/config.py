@@ -26,6 +26,7 @@ LEASE_MARGIN_SEC = 5
 NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")  # Phorge's storage.default-namespace, safe in SQL names
 PHORGE_ALIAS = "phorge"  # Django's database alias of Phorge's herald database
 CLUSTER_VARIABLE = "GORGE_WEBHOOK_CLUSTER_DATABASES"
+REPLICA_ALIAS = f"{PHORGE_ALIAS}@replica"  # a replica of herald's master, for the web side's reads
 
 
 def master_alias(ref_key: str) -> str:
@@ -34,6 +35,7 @@ def master_alias(ref_key: str) -> str:
 
 
 def is_phorge_alias(alias: str) -> bool:
+    """Herald's alias, another master's, or the replica's: Phorge's databases, never migrated."""
     return alias == PHORGE_ALIAS or alias.startswith(f"{PHORGE_ALIAS}@")
 
 
@@ -70,6 +72,7 @@ class DeliveryConfig:
     attempt_log_body_bytes: int = 0
     delivery_id_hooks: DeliveryIdHooks = DELIVERY_ID_OFF  # GORGE_WEBHOOK_DELIVERY_ID_HOOKS: off by default
     cluster: ClusterDatabases | None = None  # GORGE_WEBHOOK_CLUSTER_DATABASES: how to reach every master
+    replica_max_lag_sec: int = 30  # GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC: beyond it, pages read the master
 
     @property
     def lease_was_clamped(self) -> bool:
@@ -83,6 +86,7 @@ class LoadedConfig:
     errors: tuple[ConfigError, ...]
     # Database URLs of the masters other than herald's, by ref key ("host:port"): Django aliases master_alias().
     master_urls: dict[str, str] = field(default_factory=dict, repr=False)
+    replica_url: str = field(default="", repr=False)  # GORGE_WEBHOOK_REPLICA_DATABASE_URL
 
 
 def _cluster(raw: str, herald_url: str) -> tuple[ClusterDatabases | None, dict[str, str], list[ConfigError]]:
@@ -278,6 +282,14 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         cluster, master_urls, cluster_errors = _cluster(raw_cluster, url)
     r.errors.extend(cluster_errors)
 
+    replica_url = r.raw("GORGE_WEBHOOK_REPLICA_DATABASE_URL") or ""
+    if replica_url and not (replica_url.startswith("mysql") and url.startswith("mysql")):
+        r.errors.append(
+            ConfigError("GORGE_WEBHOOK_REPLICA_DATABASE_URL", "expected a mysql:// URL of a replica of herald's master")
+        )
+        replica_url = ""
+    replica_lag = r.integer("GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC", 30, minimum=0, maximum=86_400)
+
     minimum_lease = math.ceil(timeout) + LEASE_MARGIN_SEC
     delivery = DeliveryConfig(
         namespace=namespace,
@@ -302,5 +314,12 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         attempt_log_body_bytes=log_body,
         delivery_id_hooks=delivery_id_hooks,
         cluster=cluster,
+        replica_max_lag_sec=replica_lag,
     )
-    return LoadedConfig(delivery=delivery, phorge_database_url=url, errors=tuple(r.errors), master_urls=master_urls)
+    return LoadedConfig(
+        delivery=delivery,
+        phorge_database_url=url,
+        errors=tuple(r.errors),
+        master_urls=master_urls,
+        replica_url=replica_url,
+    )

@@ -35,6 +35,7 @@ from ..records import heartbeat
 from ..records.models import DeliveryAttempt
 from ..web import phorge_status, selectors
 from ..web.health import HookHealth, QueueHealth
+from ..web.replica import on_master
 from . import metrics
 from .channels import SENDERS, ChannelError
 from .config import AlertConfig
@@ -169,9 +170,10 @@ class Watcher:
     def tick(self) -> TickResult:
         """One pass: evaluate, record transitions (once, whoever else watches), send the digests."""
         result = TickResult()
-        evaluation = self.evaluate()
-        self._record(evaluation, result)
-        self._record_losses(evaluation, result)
+        with on_master():  # alerts are decided on herald's master, never on a replica's copy
+            evaluation = self.evaluate()
+            self._record(evaluation, result)
+            self._record_losses(evaluation, result)
         self._update_gauges()
         self._deliver(result)
         return result

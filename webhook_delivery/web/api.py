@@ -21,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from ..alerts import selectors as alert_selectors
 from ..records import heartbeat, holds
 from ..records.heartbeat import WorkerStatus
-from . import history, phorge_status, selectors
+from . import history, phorge_status, replica, selectors
 from .access import may_view
 from .health import HookHealth, QueueHealth
 
@@ -126,8 +126,15 @@ def _health() -> dict[str, Any]:
         "php_worker": phorge_status.php_delivery_state().as_json(),
         "phorge_settings": _settings_json(),
         **_partition_json(),
+        **_replica_json(),
         **_operator_json(),
     }
+
+
+def _replica_json() -> dict[str, Any]:
+    # Only with GORGE_WEBHOOK_REPLICA_DATABASE_URL: where these figures were read, and the replica's lag.
+    state = replica.state()
+    return {"replica": state.as_json()} if state.configured else {}
 
 
 def _partition_json() -> dict[str, Any]:
@@ -180,7 +187,8 @@ def dispatch(request: HttpRequest, rest: str | None = None) -> JsonResponse:
     if route is None:
         return _error(404, "ERR_NOT_FOUND", "Not Found")
     try:
-        data = route()
+        with replica.consistent():  # every figure of one answer from the same server
+            data = route()
     except Exception:
         logger.exception("diagnostics request failed", extra={"endpoint": rest})
         return _error(500, "ERR_INTERNAL", "internal server error")

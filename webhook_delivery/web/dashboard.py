@@ -9,9 +9,10 @@ from ..phorge.config import PhorgeConfig
 from ..records import heartbeat
 from ..records.heartbeat import WorkerStatus
 from ..state import PhpDelivery
-from . import phorge_status, selectors
+from . import phorge_status, replica, selectors
 from .health import HookHealth, QueueHealth
 from .history import DeliverySeries, delivery_series
+from .replica import NO_REPLICA, ReplicaState
 from .selectors import RecentFailure
 
 HOOKS_SHOWN = 200
@@ -29,6 +30,7 @@ class Dashboard:
     attempt_log: bool = True  # the chart draws this service's attempts: none are kept when the log is off
     phorge_uri: str | None = None  # phabricator.base-uri, for links into Phorge's pages
     settings: PhorgeConfig | None = None  # Phorge's own switches in force; None: its database is unreachable
+    replica: ReplicaState = NO_REPLICA  # where these reads came from
 
     @property
     def alive_workers(self) -> int:
@@ -63,4 +65,5 @@ def dashboard(config: DeliveryConfig) -> Dashboard:
         attempt_log=config.attempt_log,
         phorge_uri=None if resolved is None else resolved.base_uri.value,
         settings=resolved,
+        replica=replica.state(),
     )

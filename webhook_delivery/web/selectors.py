@@ -25,7 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections, transaction
 
-from ..config import PHORGE_ALIAS, DeliveryConfig
+from ..config import DeliveryConfig
 from ..phorge.columns import Columns, Record
 from ..phorge.databases import qualified
 from ..phorge.herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRow, text
@@ -33,14 +33,16 @@ from ..phorge.payload import phid_get_type
 from ..phorge.php_guard import WEBHOOK_TASK_CLASS
 from ..phorge.phpjson import UndecodableProperties, decode_properties
 from ..records.holds import held_hook_phids
+from . import replica
 from .health import QueueHealth, Tally, queue_health_of
+from .replica import read_alias
 
 RECENT_FAILURES = 20
 PENDING_RESULTS = "lastRequestResult IN ('none', 'fail')"
 
 
 def _dialect() -> Dialect:
-    return Dialect(str(connections[PHORGE_ALIAS].vendor))
+    return Dialect(str(connections[read_alias()].vendor))
 
 
 def _int(value: Any) -> int:
@@ -49,7 +51,7 @@ def _int(value: Any) -> int:
 
 def _fetch(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     # Always pass a mapping, even an empty one, so `%%` in the SQLite clock expression is unescaped.
-    with connections[PHORGE_ALIAS].cursor() as cursor:
+    with connections[read_alias()].cursor() as cursor:
         cursor.execute(sql, dict(params))
         return list(cursor.fetchall())
 
@@ -75,13 +77,14 @@ def uncommitted_reads(func: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(func)
     def reading(*args: P.args, **kwargs: P.kwargs) -> R:
-        connection = connections[PHORGE_ALIAS]
-        if connection.vendor != "mysql" or connection.in_atomic_block:
-            return func(*args, **kwargs)
-        with connection.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
-        with transaction.atomic(using=PHORGE_ALIAS):
-            return func(*args, **kwargs)
+        with replica.consistent() as alias:
+            connection = connections[alias]
+            if connection.vendor != "mysql" or connection.in_atomic_block:
+                return func(*args, **kwargs)
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            with transaction.atomic(using=alias):
+                return func(*args, **kwargs)
 
     return reading
 
