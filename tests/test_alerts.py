@@ -274,6 +274,7 @@ def test_phorge_collector_deleting_queued_rows_is_counted_and_notified(
     assert_no_secrets([*chat.texts, caplog.text], phorge, chat)
 
 
+@pytest.mark.slow
 def test_failing_channels_are_logged_once_and_catch_up_when_back(
     phorge: Phorge, receiver: Receiver, chat: Chat, settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -25,6 +25,7 @@ def attempts_of(phid: str) -> list[DeliveryAttempt]:
     return list(DeliveryAttempt.objects.filter(request_phid=phid))
 
 
+@pytest.mark.slow
 def test_every_kind_of_attempt_is_one_row_with_its_fields(phorge: Phorge, delivery_config: Any) -> None:
     with Receiver(hold_seconds=10) as receiver:
         kinds = {

@@ -389,6 +389,7 @@ def test_a_name_server_that_never_answers_starves_no_other_hook(phorge: Phorge, 
 # -- 7. the attempt's deadline runs from the claim ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_slow_silent_mode_read_delays_the_claim_not_the_attempt(
     phorge: Phorge, delivery_config: Any, app_databases: Any
 ) -> None:

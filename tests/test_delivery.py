@@ -157,6 +157,7 @@ def test_backoff_lasts_from_the_thresholdth_newest_failure() -> None:
     assert backoff_until([100, 90], threshold=3, window=300) is None
 
 
+@pytest.mark.slow
 def test_slow_receiver_is_called_exactly_once_per_request(phorge: Phorge, delivery_config: Any) -> None:
     with Receiver(slow_seconds=0.4) as receiver:
         hooks = [phorge.hook(receiver.url(f"/slow{i}/slow")) for i in range(3)]
@@ -196,6 +197,7 @@ def test_breaker_trips_after_the_threshold_and_stops_calling(phorge: Phorge, del
         assert results == {"fail": 3, "none": 5}
 
 
+@pytest.mark.slow
 def test_forever_retry_waits_the_retry_backoff_not_the_lease(phorge: Phorge, delivery_config: Any) -> None:
     with Receiver() as receiver:
         hook = phorge.hook(receiver.url("/flaky/s503"))
@@ -290,6 +292,7 @@ def test_old_rows_below_the_frontier_and_late_commits_are_found(phorge: Phorge, 
         assert len(receiver.requests) == 3
 
 
+@pytest.mark.slow
 def test_breaker_entry_and_exit_are_logged_once_each(
     phorge: Phorge, delivery_config: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

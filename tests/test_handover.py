@@ -154,6 +154,7 @@ def test_a_request_with_a_live_php_task_is_left_to_php_until_the_task_is_gone(
     assert phorge.row(php_owned)["status"] == "sent"
 
 
+@pytest.mark.slow
 def test_while_php_delivers_a_brand_new_request_waits_until_its_task_would_show(
     phorge: Phorge, worker_db: AppDatabases, delivery_config: Any
 ) -> None:

@@ -541,6 +541,7 @@ def test_attempt_log_on_postgresql_stores_nul_escaped_and_every_good_record() ->
     assert rows["PHID-HWBR-pgsurrogate"][2] == "half \ufffd pair"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_record_that_fails_with_a_non_database_error_costs_only_itself_and_the_writer_lives_on(
     delivery_config: Any, caplog: pytest.LogCaptureFixture

@@ -181,6 +181,7 @@ def test_killing_the_lock_session_loses_nothing_and_sends_nothing_twice(
     assert len(lost) == 1
 
 
+@pytest.mark.slow
 def test_the_receiver_counts_overlapping_calls_and_only_those() -> None:
     """The in-flight count the tests above rely on: two calls at once count 2, calls one after the other 1."""
 

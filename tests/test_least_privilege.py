@@ -39,6 +39,7 @@ def restricted_user() -> Iterator[tuple[str, str]]:
         admin.close()
 
 
+@pytest.mark.slow
 def test_golden_replay_with_only_select_and_update_grants(phorge: Phorge, restricted_user: tuple[str, str]) -> None:
     user, password = restricted_user
     db = settings.DATABASES["phorge"]

@@ -40,6 +40,7 @@ def writer(html: str) -> str:
 # -- 1. the chart draws this service's attempts, each retry included ------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_failed_attempt_stays_counted_after_the_retry_succeeds(
     staff: Any, phorge: Phorge, delivery_config: Any
 ) -> None:

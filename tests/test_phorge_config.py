@@ -260,6 +260,7 @@ def test_check_warns_when_silent_mode_can_only_come_from_the_database_and_refuse
     assert given.returncode == 0 and "gorge.W003" not in given.stderr + given.stdout
 
 
+@pytest.mark.slow
 def test_a_running_worker_follows_local_json_within_seconds_and_the_variable_still_wins(
     phorge: Phorge, workers: Any, tmp_path: Path
 ) -> None:

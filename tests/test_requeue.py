@@ -70,6 +70,7 @@ def test_times_and_errors_are_read_strictly() -> None:
     assert request_retention({"phd.garbage-collection": {"herald.webhooks": None}}) is None
 
 
+@pytest.mark.slow
 def test_dry_run_changes_nothing_and_the_real_run_requeues_exactly_the_selection_once(
     phorge: Phorge, delivery_config: Any
 ) -> None:
