@@ -159,6 +159,30 @@ class AppDatabases:
         )
         return phid
 
+    def user(self, phid: str | None = None, name: str = "alice") -> str:
+        """A minimal `user` row (every NOT NULL column filled)."""
+        phid = phid or random_phid("USER")
+        now = int(self.execute("SELECT UNIX_TIMESTAMP()")[0][0])
+        self.insert(
+            "user",
+            "user",
+            {
+                "phid": phid,
+                "userName": name,
+                "realName": name.title(),
+                "dateCreated": now,
+                "dateModified": now,
+                "conduitCertificate": "",
+                "isDisabled": 0,
+                "isAdmin": 0,
+                "isEmailVerified": 1,
+                "isApproved": 1,
+                "accountSecret": b"s" * 64,
+                "isMailingList": 0,
+            },
+        )
+        return phid
+
     def transaction(
         self, app: str, table: str, object_phid: str, *, row_id: int | None = None, phid: str | None = None
     ) -> str:

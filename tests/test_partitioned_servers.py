@@ -144,6 +144,16 @@ def test_golden_task_on_b_gives_phorges_bytes_from_b_lookups(phorge: Phorge, clu
 
 
 @PHORGE_DB
+def test_golden_user_object_on_b_gives_phorges_bytes(phorge: Phorge, cluster: Cluster) -> None:
+    case = _golden("object_user_phid_type")
+    user = case["request_before"]["objectPHID"]
+    cluster.b.user(user)
+    (xaction,) = json.loads(case["request_before"]["properties"])["transactionPHIDs"].values()
+    cluster.b.transaction("user", "user_transaction", user, phid=xaction)
+    _replay(case, phorge, cluster)
+
+
+@PHORGE_DB
 def test_golden_deleted_object_and_silent_mode_read_on_b(phorge: Phorge, cluster: Cluster) -> None:
     missing = _golden("missing_object")
     cluster.a.task(missing["request_before"]["objectPHID"])  # a stale row in A's copy: not to be believed
@@ -170,6 +180,20 @@ def test_a_live_object_on_b_is_delivered_with_bs_transactions(phorge: Phorge, cl
     assert [x["phid"] for x in body["transactions"]] == [kept[1], kept[0]]  # B's rows, newest first
     assert phorge.row(phid)["status"] == "sent"
     assert not [m for m in messages if "cannot reach" in m or "hook locks on the repository" in m]
+
+
+@PHORGE_DB
+def test_forty_hooks_at_once_hold_a_few_connections_on_b(phorge: Phorge, cluster: Cluster) -> None:
+    with Receiver() as receiver:
+        for index in range(40):
+            phorge.request(phorge.hook(receiver.url(f"/many{index}/ok")), object_phid=cluster.b.task())
+        query = "SHOW GLOBAL STATUS LIKE 'Max_used_connections'"
+        cluster.b.execute("FLUSH STATUS")  # the high-water mark starts again from the connections open now
+        once(cluster)
+        assert len(receiver.requests) == 40
+    ((_name, used),) = cluster.b.execute(query)
+    # This test's admin connection, the worker's pool on B (2) and its lock session there.
+    assert int(used) <= 1 + 2 + 1, used
 
 
 @PHORGE_DB
