@@ -249,3 +249,40 @@ def test_server_b_stopped_what_needs_a_goes_on_the_rest_waits(phorge: Phorge, cl
         once(cluster)
         assert [r.path for r in receiver.requests] == ["/a/ok", "/b/ok"]
     assert phorge.row(on_b)["status"] == "sent"
+
+
+@PHORGE_DB
+def test_requeue_checks_objects_on_their_own_master(phorge: Phorge, cluster: Cluster) -> None:
+    hook = phorge.hook("http://127.0.0.1:9/objects")
+    now = phorge.now()
+    failed = '{"retry":"never","transactionPHIDs":[],"triggerPHIDs":[],"errorType":"hook","errorCode":"object"}'
+    columns = {"status": "failed", "properties": failed, "dateModified": now}
+    alive = phorge.request(hook, object_phid=cluster.b.task(), **columns)  # alive on B, absent from A's copy
+    stale = cluster.a.task()  # a stale row in A's copy: gone on B, where maniphest lives
+    gone = phorge.request(hook, object_phid=stale, **columns)
+    env = {"GORGE_WEBHOOK_CLUSTER_DATABASES": json.dumps(cluster.databases)}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "requeue_webhooks", "--error", "hook", "--dry-run"],
+        cwd=ROOT,
+        env=worker_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert alive in done.stdout and gone not in done.stdout and done.stdout.count("PHID-HWBR-") == 1
+    assert "Left failed: 1 (object deleted in Phorge" in done.stdout
+
+    cluster.server_b.stop()
+    down = subprocess.run(
+        [sys.executable, "manage.py", "requeue_webhooks", "--error", "hook", "--dry-run"],
+        cwd=ROOT,
+        env=worker_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert down.returncode != 0 and "does not answer: nothing was changed" in down.stderr
+    assert "Traceback" not in down.stderr
+    cluster.server_b.start()

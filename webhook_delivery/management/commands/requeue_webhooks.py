@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from webhook_delivery.phorge.config import PhorgeSettings
+from webhook_delivery.phorge.databases import Masters, MasterUnavailable, herald_connection
 from webhook_delivery.phorge.herald import utc
 from webhook_delivery.phorge.objects import PhorgeObjects
 from webhook_delivery.records.notices import announce
@@ -65,11 +66,15 @@ class Command(BaseCommand):
             since = _when("--since", options["since"], now)
             until = _when("--until", options["until"], now)
             config = settings.GORGE_WEBHOOK
-            retention = PhorgeSettings(config).current().retention.value
-            requeue = Requeue(store, retention, PhorgeObjects(config.namespace))
+            # Each application on its own master (GORGE_WEBHOOK_CLUSTER_DATABASES), as the worker reads them.
+            masters = Masters.single(config.namespace, herald_connection, configured=config.cluster)
+            retention = PhorgeSettings(config, masters=masters).current().retention.value
+            requeue = Requeue(store, retention, PhorgeObjects(config.namespace, masters=masters))
             plan = requeue.plan(options["hook"], since=since, until=until, errors=errors)
         except RequeueError as exc:  # may name a hook: its name is Phorge's text, escaped
             raise CommandError(printable(str(exc))) from None
+        except MasterUnavailable as exc:
+            raise CommandError(f"{exc}: nothing was changed") from None
         except DatabaseError as exc:
             raise CommandError(
                 f"Phorge's database cannot be read ({type(exc).__name__}): nothing was changed"
