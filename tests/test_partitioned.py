@@ -421,3 +421,41 @@ def test_the_variable_must_agree_with_hoststate(partitioned: AppDatabases, caplo
     partitioned.partition_map(None)  # no row (or no grant): the variable is the map
     alone = PartitionMap(NAMESPACE, configured=parse_cluster_databases(moved)).current()
     assert alone.elsewhere("maniphest") == OTHER_MASTER and alone.elsewhere("user") is None
+
+
+@PHORGE_DB
+def test_an_unreachable_configured_master_waits_and_no_password_is_ever_shown(
+    phorge: Phorge, worker_db: AppDatabases
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import worker_env
+    from tests.processes import ROOT
+
+    from tests import testdb
+
+    suite = testdb.server()
+    herald = {"host": suite.host, "port": suite.port, "role": "master", "partition": ["default"]}
+    closed = {"host": "127.0.0.1", "port": 1, "role": "master", "partition": ["maniphest"], "user": "svc-b"}
+    env = worker_env(
+        GORGE_WEBHOOK_CLUSTER_DATABASES=json.dumps([herald, {**closed, "pass": "b-secret-pw"}]),
+        GORGE_WEBHOOK_SILENT="false",
+        GORGE_WEBHOOK_OUTBOUND_BLACKLIST="",
+        GORGE_WEBHOOK_ATTEMPT_LOG="false",
+    )
+    with Receiver() as receiver:
+        waiting = phorge.request(phorge.hook(receiver.url("/closed/ok")), object_phid=random_phid("TASK"))
+        runs = [
+            subprocess.run(
+                [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+            )
+            for args in (["check"], ["deliver_webhooks", "--once"], ["requeue_webhooks", "--dry-run"])
+        ]
+        assert receiver.requests == []
+    assert runs[0].returncode == 0 and runs[1].returncode == 0
+    assert "Phorge's database master 127.0.0.1:1 does not answer" in runs[1].stdout + runs[1].stderr
+    row = phorge.row(waiting)
+    assert row["status"] == "queued" and "errorType" not in row["properties"]  # waits, never hook/object
+    for run in runs:
+        assert "b-secret-pw" not in run.stdout + run.stderr and "Traceback" not in run.stderr
