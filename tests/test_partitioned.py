@@ -430,10 +430,9 @@ def test_an_unreachable_configured_master_waits_and_no_password_is_ever_shown(
     import subprocess
     import sys
 
+    from tests import testdb
     from tests.helpers import worker_env
     from tests.processes import ROOT
-
-    from tests import testdb
 
     suite = testdb.server()
     herald = {"host": suite.host, "port": suite.port, "role": "master", "partition": ["default"]}
