@@ -117,10 +117,12 @@ def test_phorges_php_deliveries_are_not_drawn_as_ours(staff: Any, phorge: Phorge
 
 def test_the_chart_reads_one_grouped_window_of_the_attempt_log(phorge: Phorge) -> None:
     hook, now = "PHID-HWBH-chartchartchartchart", phorge.now()
-    rows = [logged_attempt(f"PHID-HWBR-{i:020d}", hook, ended=now - 60, result="okay", code=200) for i in range(300)]
-    rows += [logged_attempt("PHID-HWBR-failfailfailfailfail", hook, ended=now - 120, result="fail", code=502)]
+    # Mid-minute: an attempt ending exactly on a minute boundary started (50 ms earlier) in the minute before.
+    last_minute, two_ago = now // 60 * 60 - 30, now // 60 * 60 - 90
+    rows = [logged_attempt(f"PHID-HWBR-{i:020d}", hook, ended=last_minute, result="okay", code=200) for i in range(300)]
+    rows += [logged_attempt("PHID-HWBR-failfailfailfailfail", hook, ended=two_ago, result="fail", code=502)]
     rows += [logged_attempt("PHID-HWBR-oldoldoldoldoldoldol", hook, ended=now - 7 * 3600, result="fail", code=502)]
-    rows += [logged_attempt("PHID-HWBR-nocallnocallnocallno", hook, ended=now - 60, result="none", code="uri")]
+    rows += [logged_attempt("PHID-HWBR-nocallnocallnocallno", hook, ended=last_minute, result="none", code="uri")]
     DeliveryAttempt.objects.bulk_create(rows)
     with CaptureQueriesContext(connections["default"]) as captured:
         series = history.delivery_series(now)
