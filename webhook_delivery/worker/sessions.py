@@ -73,8 +73,22 @@ class SessionPool:
             yield wrapper
         except DatabaseError:
             close_quietly(wrapper)
+            # The idle ones were opened to the same server: after a restart each would fail once more,
+            # each failure another "database unavailable" after the worker saw it answer again.
+            self._drop_idle()
             raise
         finally:
+            self._free.put(wrapper)
+
+    def _drop_idle(self) -> None:
+        idle = []
+        while True:
+            try:
+                idle.append(self._free.get_nowait())
+            except queue.Empty:
+                break
+        for wrapper in idle:
+            close_quietly(wrapper)
             self._free.put(wrapper)
 
     def close(self) -> None:
