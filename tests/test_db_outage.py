@@ -6,20 +6,16 @@ never touched.
 
 from __future__ import annotations
 
-import shutil
 import signal
-import socket
-import subprocess
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import MySQLdb
 import pytest
 
+from tests.mariadb_servers import PrivateServer
 from tests.processes import WorkerProcess, wait_for
 from tests.receiver import Receiver
 from webhook_delivery.phorge import seeding
@@ -28,92 +24,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.database_server]
 NAMESPACE = "outage"
 
 
-class PrivateMariaDB:
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.datadir = directory / "data"
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def install(self) -> None:
-        installer = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
-        assert installer, "mariadb-install-db is needed for this test (Debian package mariadb-server)"
-        subprocess.run(
-            [
-                installer,
-                "--no-defaults",
-                f"--datadir={self.datadir}",
-                "--user=root",
-                "--skip-test-db",
-                "--auth-root-authentication-method=normal",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-
-    def start(self) -> None:
-        server = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
-        self.proc = subprocess.Popen(
-            [
-                server,
-                "--no-defaults",
-                f"--datadir={self.datadir}",
-                f"--port={self.port}",
-                "--bind-address=127.0.0.1",
-                f"--socket={self.directory / 'sock'}",
-                "--user=root",
-                "--skip-grant-tables",
-                "--innodb-buffer-pool-size=32M",
-                "--skip-log-bin",
-                f"--log-error={self.directory / 'error.log'}",
-                f"--pid-file={self.directory / 'pid'}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.connect().close()
-                return
-            except MySQLdb.OperationalError:
-                assert time.monotonic() < deadline, "private mariadbd did not start"
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
-            self.proc = None
-
-    def connect(self, database: str = "") -> Any:
-        return MySQLdb.connect(
-            host="127.0.0.1", port=self.port, user="root", database=database, charset="utf8mb4", autocommit=True
-        )
-
-    @property
-    def url(self) -> str:
-        return f"mysql://root@127.0.0.1:{self.port}/{NAMESPACE}_herald"
-
-
 @pytest.fixture
-def private_mariadb() -> Iterator[PrivateMariaDB]:
-    directory = Path(tempfile.mkdtemp(prefix="gw-mariadb-"))
-    server = PrivateMariaDB(directory)
-    try:
-        server.install()
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+def private_mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateServer]:
+    server = PrivateServer(tmp_path_factory.mktemp("outage-mariadb"), "--skip-log-bin")
+    server.start()
+    yield server
+    server.remove()
 
 
-def test_worker_survives_a_database_restart(private_mariadb: PrivateMariaDB, tmp_path: Path) -> None:
-    admin = private_mariadb.connect()
+def test_worker_survives_a_database_restart(private_mariadb: PrivateServer, tmp_path: Path) -> None:
+    admin = private_mariadb.server.connect()
     cursor = admin.cursor()
     cursor.execute(f"CREATE DATABASE `{NAMESPACE}_herald` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     cursor.execute(f"USE `{NAMESPACE}_herald`")
@@ -134,14 +54,14 @@ def test_worker_survives_a_database_restart(private_mariadb: PrivateMariaDB, tmp
             "4",
             "--poll-interval-ms",
             "50",
-            GORGE_WEBHOOK_DATABASE_URL=private_mariadb.url,
+            GORGE_WEBHOOK_DATABASE_URL=private_mariadb.server.url(f"{NAMESPACE}_herald"),
             GORGE_WEBHOOK_CLAIM_LEASE_SEC="40",
             GORGE_WEBHOOK_DELIVERY_TIMEOUT="3",
         ).start()
 
         def sent() -> int:
             try:
-                connection = private_mariadb.connect(f"{NAMESPACE}_herald")
+                connection = private_mariadb.server.connect(f"{NAMESPACE}_herald")
             except MySQLdb.OperationalError:
                 return -1
             with connection:
@@ -159,7 +79,7 @@ def test_worker_survives_a_database_restart(private_mariadb: PrivateMariaDB, tmp
         assert worker.wait(30) == 0
         answered = Counter(r.object_phid for r in receiver.requests if r.answered_at)
     assert answered == Counter(objects)
-    connection = private_mariadb.connect(f"{NAMESPACE}_herald")
+    connection = private_mariadb.server.connect(f"{NAMESPACE}_herald")
     check = connection.cursor()
     check.execute("SELECT COUNT(*) FROM herald_webhookrequest WHERE status <> 'sent'")
     assert check.fetchone()[0] == 0
