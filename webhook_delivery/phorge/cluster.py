@@ -101,12 +101,13 @@ class ClusterDatabases:
             sorted((ref.ref_key, tuple(sorted(ref.applications)), ref.is_default) for ref in self.enabled_masters())
         )
 
-    def others(self) -> list[str]:
-        """Each enabled master that is not herald's, with what lives there: for the warnings."""
+    def others(self, *, skip: frozenset[str] = frozenset()) -> list[str]:
+        """Each enabled master that is not herald's (nor in `skip`, by ref key), with what lives there: for
+        the warnings."""
         home = self.master_for(HERALD)
         lines = []
         for master in self.enabled_masters():
-            if master == home:
+            if master == home or master.ref_key in skip:
                 continue
             apps = sorted(master.applications)
             if master.is_default:

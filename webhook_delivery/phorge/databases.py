@@ -141,7 +141,7 @@ class Placement:
         if self.cluster is None or not self.cluster.partitioned:
             return None
         home = self.cluster.master_for(HERALD)
-        others = [line for line in self.cluster.others() if line.split(" ", 1)[0] not in self.reachable]
+        others = self.cluster.others(skip=self.reachable)
         if not others:
             return None
         text = (

@@ -28,7 +28,7 @@ from typing import Any
 from django.db import DatabaseError, connections
 
 from ..config import master_alias
-from ..phorge.databases import MASTER_DOWN_SEC
+from ..phorge.databases import MASTER_DOWN_SEC, ConnectionSource
 from . import metrics
 
 MASTER_POOL_SIZE = 2  # connections per other master: lookups are short, and each master has max_connections
@@ -105,7 +105,7 @@ class MasterPools:
         self._pools: dict[str, SessionPool] = {}
         self._lock = threading.Lock()
 
-    def source(self, ref_key: str) -> Any:
+    def source(self, ref_key: str) -> ConnectionSource | None:
         """The pool's `connection` for that master, None when the service was not told how to reach it."""
         alias = master_alias(ref_key)
         if alias not in connections.settings:
@@ -114,8 +114,7 @@ class MasterPools:
             pool = self._pools.get(ref_key)
             if pool is None:
                 pool = self._pools[ref_key] = SessionPool(alias, self.size)
-        source: Any = pool.connection
-        return source
+        return pool.connection
 
     def close(self) -> None:
         with self._lock:
