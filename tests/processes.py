@@ -61,6 +61,17 @@ class WorkerProcess:
             self.proc.wait(10)
 
 
+def manage(*args: str, env: dict[str, str], ok: bool = True) -> subprocess.CompletedProcess[str]:
+    """One `manage.py` command in its own process (env: `worker_env(...)`, the production settings), its
+    output as text; with `ok` it must exit 0, and the tail of its output says why when it does not."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    if ok:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
 def seed(phorge: Phorge, hooks: list[str], count: int, *, retry: str = "forever") -> list[str]:
     """`count` queued requests spread round-robin over `hooks`, each with its own object PHID."""
     now = phorge.now()

@@ -427,12 +427,9 @@ def test_the_variable_must_agree_with_hoststate(partitioned: AppDatabases, caplo
 def test_an_unreachable_configured_master_waits_and_no_password_is_ever_shown(
     phorge: Phorge, worker_db: AppDatabases
 ) -> None:
-    import subprocess
-    import sys
-
     from tests import testdb
     from tests.helpers import worker_env
-    from tests.processes import ROOT
+    from tests.processes import manage
 
     suite = testdb.server()
     herald = {"host": suite.host, "port": suite.port, "role": "master", "partition": ["default"]}
@@ -446,9 +443,7 @@ def test_an_unreachable_configured_master_waits_and_no_password_is_ever_shown(
     with Receiver() as receiver:
         waiting = phorge.request(phorge.hook(receiver.url("/closed/ok")), object_phid=random_phid("TASK"))
         runs = [
-            subprocess.run(
-                [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-            )
+            manage(*args, env=env, ok=False)
             for args in (["check"], ["deliver_webhooks", "--once"], ["requeue_webhooks", "--dry-run"])
         ]
         assert receiver.requests == []

@@ -9,8 +9,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from tests import testdb
 from tests.helpers import PHORGE_DB, Phorge, random_phid, worker_env
 from tests.mariadb_servers import PrivateServer, mariadbd
 from tests.phorge_app_db import AppDatabases
+from tests.processes import manage
 from tests.receiver import Receiver
 from tests.test_golden import CASES, _check_received, _check_row
 from webhook_delivery.phorge import seeding
@@ -69,16 +68,7 @@ def once(cluster: Cluster, **env: str) -> list[str]:
         "GORGE_WEBHOOK_ATTEMPT_LOG": "false",
         "LOG_FORMAT": "json",
     }
-    done = subprocess.run(
-        [sys.executable, "manage.py", "deliver_webhooks", "--once"],
-        cwd=ROOT,
-        env=worker_env(**(variables | env)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = manage("deliver_webhooks", "--once", env=worker_env(**(variables | env)))
     return [json.loads(line)["message"] for line in (done.stdout + done.stderr).splitlines() if line.startswith("{")]
 
 
@@ -261,28 +251,12 @@ def test_requeue_checks_objects_on_their_own_master(phorge: Phorge, cluster: Clu
     stale = cluster.a.task()  # a stale row in A's copy: gone on B, where maniphest lives
     gone = phorge.request(hook, object_phid=stale, **columns)
     env = {"GORGE_WEBHOOK_CLUSTER_DATABASES": json.dumps(cluster.databases)}
-    done = subprocess.run(
-        [sys.executable, "manage.py", "requeue_webhooks", "--error", "hook", "--dry-run"],
-        cwd=ROOT,
-        env=worker_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = manage("requeue_webhooks", "--error", "hook", "--dry-run", env=worker_env(**env))
     assert alive in done.stdout and gone not in done.stdout and done.stdout.count("PHID-HWBR-") == 1
     assert "Left failed: 1 (object deleted in Phorge" in done.stdout
 
     cluster.server_b.stop()
-    down = subprocess.run(
-        [sys.executable, "manage.py", "requeue_webhooks", "--error", "hook", "--dry-run"],
-        cwd=ROOT,
-        env=worker_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    down = manage("requeue_webhooks", "--error", "hook", "--dry-run", env=worker_env(**env), ok=False)
     assert down.returncode != 0 and "does not answer: nothing was changed" in down.stderr
     assert "Traceback" not in down.stderr
     cluster.server_b.start()

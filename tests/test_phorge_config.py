@@ -376,18 +376,9 @@ def test_once_prints_what_it_left_and_why(phorge: Phorge, app_databases: AppData
 
 def _once(**env: str) -> str:
     from tests.helpers import worker_env
+    from tests.processes import manage
 
-    done = subprocess.run(
-        [sys.executable, "manage.py", "deliver_webhooks", "--once"],
-        cwd=ROOT,
-        env=worker_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return manage("deliver_webhooks", "--once", env=worker_env(**env)).stdout
 
 
 def test_requeue_of_hook_errors_leaves_out_requests_whose_object_is_gone(

@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from tests.mariadb_servers import PrivateServer, mariadbd
+from tests.processes import manage
 from webhook_delivery.phorge import seeding
 
 pytestmark = [
@@ -147,14 +148,6 @@ def service_env(pair: Pair, tmp: Path, **more: str) -> dict[str, str]:
     )
 
 
-def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return done
-
-
 @pytest.fixture(scope="module")
 def web(pair: Pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, requests.Session]]:
     tmp = tmp_path_factory.mktemp("web")
@@ -163,9 +156,9 @@ def web(pair: Pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
         f"from gorge_site.settings import *  # noqa: F403\nSTATIC_ROOT = {str(tmp / 'static')!r}\n"
     )
     env = service_env(pair, tmp, DJANGO_SETTINGS_MODULE="web_settings", PYTHONPATH=str(tmp))
-    manage(env, "collectstatic", "--noinput", "--verbosity", "0")
-    manage(env, "migrate", "--verbosity", "0")
-    manage(env, "createsuperuser", "--noinput", "--username", "staff", "--email", "staff@example.org")
+    manage("collectstatic", "--noinput", "--verbosity", "0", env=env)
+    manage("migrate", "--verbosity", "0", env=env)
+    manage("createsuperuser", "--noinput", "--username", "staff", "--email", "staff@example.org", env=env)
     port = _free_port()
     log = (tmp / "web.log").open("wb")
     process = subprocess.Popen(
@@ -263,11 +256,11 @@ def test_nothing_but_reads_reaches_the_replica(pair: Pair, web: tuple[str, reque
         hook = add_hook(pair.on_master, "delivered-on-the-master")
         wait_for(pair.caught_up, "the replica to catch up")
         env = service_env(pair, tmp_path, GORGE_WEBHOOK_DELIVERY_TIMEOUT="1", GORGE_WEBHOOK_OUTBOUND_BLACKLIST="")
-        manage(env, "migrate", "--verbosity", "0")
-        manage(env, "deliver_webhooks", "--once")
+        manage("migrate", "--verbosity", "0", env=env)
+        manage("deliver_webhooks", "--once", env=env)
         assert on_master(pair, hook) == ("fail", "failed")  # attempted (connection refused), written there
-        manage(env, "watch_webhooks", "--once")
-        manage(env, "requeue_webhooks", "--hook", hook, "--yes")
+        manage("watch_webhooks", "--once", env=env)
+        manage("requeue_webhooks", "--hook", hook, "--yes", env=env)
         assert on_master(pair, hook)[1] == "queued"
         wait_for(lambda: health(base)["replica"]["in_use"], "the pages to read the replica")
         staff.get(f"{base}/", timeout=10)
