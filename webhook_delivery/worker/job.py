@@ -250,14 +250,10 @@ class JobRunner:
         locked = token != UNLOCKED
         while pending and not self.stopping.is_set():
             row = pending.pop(0)
-            holder = self.locks.holder(token) if locked else None
-            if locked and self.locks.is_mysql and holder is None:
+            held, lock = self.locks.for_claim(name, token) if locked else (True, None)
+            if not held:
                 result.lock_lost = True
                 return
-            if holder is not None and not self.locks.beside_claims and not self.locks.holds(name, token):
-                result.lock_lost = True  # the lock is on another server than the claim: asked before it
-                return
-            lock = (name, holder) if holder is not None and self.locks.beside_claims else None
             outcome = self._deliver_row(job, row, result, lock)
             if outcome is None:  # claim lost: our snapshots are likely stale, or the lock is gone
                 if locked and not self.locks.holds(name, token):

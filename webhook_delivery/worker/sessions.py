@@ -227,10 +227,18 @@ class LockSession:
             except LockLost:
                 return False
 
-    def holder(self, token: int) -> int | None:
-        """The server's id of the session behind `token`, for the claim's lock check (None: not MySQL)."""
+    def for_claim(self, name: str, token: int) -> tuple[bool, tuple[str, int] | None]:
+        """Before a claim: whether the lock taken with `token` is still ours, and the (name, server session
+        id) the claim's own UPDATE checks with IS_USED_LOCK. When this session is on another server than the
+        claims (the repository's master), the server is asked here instead, and the claim checks nothing."""
         with self._mutex:
-            return self.holder_id if self.is_mysql and token == self.generation else None
+            if not self.is_mysql:
+                return True, None  # in-process locks (the demo): nothing on a server to lose
+            if token != self.generation or self.holder_id is None:
+                return False, None
+            if self.beside_claims:
+                return True, (name, self.holder_id)
+        return self.holds(name, token), None
 
     def check(self) -> None:
         """Ping the session while it holds locks, so a killed or dropped connection is noticed promptly."""
