@@ -134,9 +134,10 @@ DATABASES = {
 DATABASES[PHORGE_ALIAS]["TEST"] = {"NAME": DATABASES[PHORGE_ALIAS].get("NAME")}
 # Reuse connections (per thread in the worker), but recycle them every minute so none goes stale.
 DATABASES[PHORGE_ALIAS]["CONN_MAX_AGE"] = 60
-# The other masters of a partitioned Phorge (GORGE_WEBHOOK_CLUSTER_DATABASES): read-only lookups and locks.
+# The other masters of a partitioned Phorge (GORGE_WEBHOOK_CLUSTER_DATABASES, else cluster.databases in the
+# local file, read here once: a changed map takes effect at restart): read-only lookups and locks.
 for _ref_key, _url in _loaded.master_urls.items():
-    DATABASES[master_alias(_ref_key)] = _database(_url, "GORGE_WEBHOOK_CLUSTER_DATABASES") | {"CONN_MAX_AGE": 60}
+    DATABASES[master_alias(_ref_key)] = _database(_url, _loaded.master_variable) | {"CONN_MAX_AGE": 60}
 if _loaded.replica_url:  # a replica of herald's master: reads of the pages, admin, API and web metrics
     DATABASES[REPLICA_ALIAS] = _database(_loaded.replica_url, "GORGE_WEBHOOK_REPLICA_DATABASE_URL") | {
         "CONN_MAX_AGE": 60

@@ -242,9 +242,11 @@ class AppDatabases:
         result: int = 0,
         age: int = 0,
         object_phid: str | None = None,
+        at: int | None = None,
     ) -> int:
-        """A worker_activetask (or worker_archivetask) row, `age` seconds old, ids shared like Phorge's."""
-        now = int(self.execute("SELECT UNIX_TIMESTAMP()")[0][0]) - age
+        """A worker_activetask (or worker_archivetask) row, `age` seconds old (or written `at` that time), ids
+        shared like Phorge's."""
+        now = (int(self.execute("SELECT UNIX_TIMESTAMP()")[0][0]) if at is None else at) - age
         task_id = int(
             self.execute(
                 f"SELECT COALESCE(MAX(id), 0) + 1 FROM (SELECT id FROM {self.table('worker', 'worker_activetask')} "

@@ -1,10 +1,25 @@
 """A local stand-in for Phorge's OAuth 2 server and Conduit's user.whoami, answering as Phorge's source does
 (src/applications/oauthserver/, PhabricatorConduitAPIController, UserWhoAmIConduitAPIMethod):
 
-* GET /oauthserver/auth/?client_id&response_type=code&redirect_uri&state: for a trusted client and the
-  "logged-in" Phorge user the test chose, a redirect at once to redirect_uri with code, scope and state.
-  The redirect URI must have the registered one's scheme, host and port (Phorge's secondary redirect URI
-  rule); errors are an HTML dialog ("OAuth: ...", "OAuth Error Code: ..."), as Phorge renders them.
+* The OAuth Server is a prototype application (PhabricatorOAuthServerApplication::isPrototype), and
+  Phorge routes only installed applications (PhabricatorPlatformSite::getRoutingMaps,
+  PhabricatorApplication::isInstalled): unless `phabricator.show-prototypes` is on (and the application is
+  not in `phabricator.uninstalled-applications`), every page under /oauthserver/ answers Phorge's
+  "404 Not Found", the auth and token endpoints included. Conduit is not gated: /api/user.whoami answers
+  an access token issued earlier either way (Conduit checks the method's application, People, which cannot
+  be uninstalled, and reads the token without asking whether the OAuth Server is installed).
+  `show_prototypes` defaults to on, what the sign-in tests need; Phorge's own default is off.
+* GET /oauthserver/: the client list, with the crumb button "Create OAuth Server" (the edit engine's
+  create text); /oauthserver/client/view/<id>/: the client's page ("Client PHID", "Show Application
+  Secret").
+* GET /oauthserver/auth/?client_id&response_type=code&redirect_uri&state (PhabricatorOAuthServerAuthController):
+  the redirect URI must have the registered one's scheme, host and port (Phorge's secondary redirect URI
+  rule); errors are an HTML dialog ("OAuth: ...", "OAuth Error Code: ..."), as Phorge renders them. A user
+  who has not authorized the client yet gets the consent dialog ('Authorize "<name>"?', "Authorize
+  Access", which POSTs back here, or "Do Not Authorize"), trusted client or not. Once authorized, an
+  untrusted client gets the "Continue to Application" dialog on every sign-in, and a trusted one a page
+  that goes on to the redirect URI by itself ("... confirmed, redirecting..."). Users added with
+  `preauthorized` (the default) have authorized the client already.
 * POST /oauthserver/token/ (grant_type, code, redirect_uri, client_id, client_secret): checks in Phorge's
   order; a code lives 300 s, is bound to its client and redirect URI, and is deleted once exchanged. The
   answer is {"access_token", "token_type": "Bearer"} or HTTP 400 {"error", "error_description"} (Phorge's
@@ -19,7 +34,9 @@ behind a proxy) or stop it (connection refused). Every code, token and secret it
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import secrets as random
 import threading
 import time
@@ -29,6 +46,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 CODE_TTL_SEC = 300
+# Phorge's words, from its source (pht() strings): the edit engine's create button, the client page's
+# action, the authorization dialogs' buttons, and the 404 dialog's title.
+CREATE_BUTTON = "Create OAuth Server"
+SHOW_SECRET = "Show Application Secret"
+AUTHORIZE_BUTTON = "Authorize Access"
+CONTINUE_BUTTON = "Continue to Application"
+NOT_FOUND_TITLE = "404 Not Found"
 
 
 @dataclass
@@ -65,7 +89,13 @@ class PhorgeStandin:
     client_id: str = field(default_factory=lambda: "PHID-OASC-" + random.token_hex(10))
     client_secret: str = field(default_factory=lambda: random.token_hex(16))
     redirect_uri: str = ""  # registered with the client; set before use
-    trusted: bool = True
+    client_name: str = "gorge-webhook"
+    client_numeric_id: int = 1  # the client's ID, as in /oauthserver/client/view/<id>/ and `--id`
+    trusted: bool = True  # `bin/auth trust-oauth-client --id <id>`
+    show_prototypes: bool = True  # phabricator.show-prototypes (Phorge's default: false)
+    uninstalled: bool = False  # the OAuth Server listed in phabricator.uninstalled-applications
+    preauthorized: bool = True  # add_user's users have already pressed "Authorize Access" for the client
+    authorized: set[str] = field(default_factory=set)  # PHIDs with a client authorization row
     users: dict[str, PhorgeUser] = field(default_factory=dict)
     logged_in: str | None = None  # PHID of the Phorge user whose browser "is logged in to Phorge"
     outage: bool = False  # every request answers 502, as a proxy in front of a dead Phorge would
@@ -92,7 +122,13 @@ class PhorgeStandin:
             disabled=disabled,
         )
         self.users[user.phid] = user
+        if self.preauthorized:
+            self.authorized.add(user.phid)
         return user
+
+    def oauth_server_installed(self) -> bool:
+        """PhabricatorApplication::isInstalled for the OAuth Server (a prototype that can be uninstalled)."""
+        return self.show_prototypes and not self.uninstalled
 
     def secrets(self) -> list[str]:
         with self.lock:
@@ -134,7 +170,7 @@ class PhorgeStandin:
         self.stop()
 
     # ---- Phorge's endpoints ---------------------------------------------------------------------
-    def auth(self, params: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    def auth(self, params: dict[str, str], *, posted: bool = False) -> tuple[int, dict[str, str], bytes]:
         client_id = params.get("client_id", "")
         if not client_id:
             return _dialog("Malformed Request", "invalid_request")
@@ -153,15 +189,64 @@ class PhorgeStandin:
         if response_type != "code":
             return _dialog("Unsupported Response Type", "unsupported_response_type")
         if self.logged_in is None:
-            return 200, {"Content-Type": "text/html; charset=UTF-8"}, b"<h1>Log In</h1>"
-        if not self.trusted:
-            return 200, {"Content-Type": "text/html; charset=UTF-8"}, b'<h1>Authorize "gorge"?</h1>'
+            return _html("<h1>Log In</h1>")
         if self.forged_reply is not None:
             reply, self.forged_reply = {"state": params.get("state", ""), **self.forged_reply}, None
             return 302, {"Location": _with_query(uri, reply)}, b""
+        if posted:  # the consent dialog's "Authorize Access"
+            self.authorized.add(self.logged_in)
+        if self.logged_in not in self.authorized:
+            return self._consent(params, uri)
         code = self.issue_code(self.users[self.logged_in], uri)
         query = {"code": code, "scope": "", "state": params.get("state", "")}
-        return 302, {"Location": _with_query(uri, {k: v for k, v in query.items() if v})}, b""
+        full_uri = _with_query(uri, {k: v for k, v in query.items() if v})
+        name = html.escape(self.client_name)
+        target = html.escape(full_uri)
+        if self.trusted:
+            # Phorge renders this page and sends the browser on with a script (Javelin's "redirect"
+            # behavior), not with a 302: see T13099 in PhabricatorOAuthServerAuthController.
+            script = json.dumps(full_uri).replace("</", "<\\/")
+            return _html(
+                f"<h1>Authenticate: {name}</h1><p>Authorization for <strong>{name}</strong> confirmed, "
+                f'redirecting...</p><a href="{target}">Continue</a><script>window.location.replace({script});</script>'
+            )
+        return _html(
+            f"<h1>Authenticate: {name}</h1><p>This application (<strong>{name}</strong>) is authorized to use "
+            f"your Phorge credentials. Continue to complete the authentication workflow.</p>"
+            f'<a id="oauth-continue" href="{target}">{CONTINUE_BUTTON}</a>'
+        )
+
+    def _consent(self, params: dict[str, str], uri: str) -> tuple[int, dict[str, str], bytes]:
+        name = html.escape(self.client_name)
+        hidden = "".join(
+            f'<input type="hidden" name="{key}" value="{html.escape(params.get(key, ""))}">'
+            for key in ("client_id", "redirect_uri", "response_type", "state", "scope")
+        )
+        declined = {"error": "access_denied", "error_description": "The user declined to authorize this application."}
+        return _html(
+            f'<h1>Authorize "{name}"?</h1><form method="POST" action="/oauthserver/auth/">{hidden}'
+            f"<p>Do you want to authorize the external application <strong>{name}</strong> to access your Phorge "
+            f"account data, including your primary email address?</p>"
+            f'<button id="oauth-authorize" type="submit">{AUTHORIZE_BUTTON}</button>'
+            f'<a href="{html.escape(_with_query(uri, declined))}">Do Not Authorize</a></form>'
+        )
+
+    def client_list(self) -> tuple[int, dict[str, str], bytes]:
+        view = f"/oauthserver/client/view/{self.client_numeric_id}/"
+        return _html(
+            f'<h1>OAuth Server</h1><a id="oauth-create" href="/oauthserver/edit/">{CREATE_BUTTON}</a>'
+            f'<ul><li><a href="{view}">{html.escape(self.client_name)}</a></li></ul>'
+        )
+
+    def client_view(self, numeric_id: int) -> tuple[int, dict[str, str], bytes]:
+        if numeric_id != self.client_numeric_id:
+            return _not_found()
+        return _html(
+            f"<h1>OAuth Application: {html.escape(self.client_name)}</h1>"
+            f'<a href="/oauthserver/client/secret/{numeric_id}/">{SHOW_SECRET}</a>'
+            f"<dl><dt>Client PHID</dt><dd>{self.client_id}</dd>"
+            f"<dt>Redirect URI</dt><dd>{html.escape(self.redirect_uri)}</dd></dl>"
+        )
 
     def token(self, params: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         with self.lock:
@@ -243,16 +328,24 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         path, params = self._params()
-        if self.owner.outage:
+        owner = self.owner
+        view = _CLIENT_VIEW.fullmatch(path)
+        if owner.outage:
             status, headers, body = 502, {"Content-Type": "text/html"}, b"<h1>502 Bad Gateway</h1>"
-        elif path == "/oauthserver/auth/" and self.command == "GET":
-            status, headers, body = self.owner.auth(params)
+        elif path.startswith("/oauthserver/") and not owner.oauth_server_installed():
+            status, headers, body = _not_found()  # not in the routing map: Phorge's 404 controller
+        elif path == "/oauthserver/" and self.command == "GET":
+            status, headers, body = owner.client_list()
+        elif view is not None and self.command == "GET":
+            status, headers, body = owner.client_view(int(view.group(1)))
+        elif path == "/oauthserver/auth/":
+            status, headers, body = owner.auth(params, posted=self.command == "POST")
         elif path == "/oauthserver/token/":
-            status, headers, body = self.owner.token(params)
+            status, headers, body = owner.token(params)
         elif path == "/api/user.whoami":
-            status, headers, body = self.owner.whoami(params)
+            status, headers, body = owner.whoami(params)
         else:
-            status, headers, body = 404, {"Content-Type": "text/plain"}, b"not found"
+            status, headers, body = _not_found()
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -265,6 +358,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._answer()
+
+
+_CLIENT_VIEW = re.compile(r"/oauthserver/client/view/(\d+)/")
+
+
+def _html(body: str, status: int = 200) -> tuple[int, dict[str, str], bytes]:
+    return status, {"Content-Type": "text/html; charset=UTF-8"}, body.encode()
+
+
+def _not_found() -> tuple[int, dict[str, str], bytes]:
+    """Aphront404Response: HTTP 404 and its dialog."""
+    return _html(
+        f"<h1>{NOT_FOUND_TITLE}</h1><p>You arrive at your destination, but there is nothing here.</p>", status=404
+    )
 
 
 def _json(status: int, value: object) -> tuple[int, dict[str, str], bytes]:

@@ -239,7 +239,7 @@ def test_collection_warning_names_the_hook_and_the_count(phorge: Phorge, receive
     assert f"collection:{hook}" in result.entered
     assert f"collection:{fresh}" not in result.entered
     [text] = chat.texts
-    assert f"3 requests to hook 'old backlog' ({hook}) will be deleted by Phorge in 1 hour unless delivered" in text
+    assert f"3 requests to hook `old backlog` ({hook}) will be deleted by Phorge in 1 hour unless delivered" in text
     assert_no_secrets(chat.texts, phorge, chat)
 
 
@@ -267,7 +267,7 @@ def test_phorge_collector_deleting_queued_rows_is_counted_and_notified(
     assert lost_total(hook) == 4 and HookLoss.objects.get(hook_phid=hook).hook_name == "collected"
     lost = [t for t in chat.texts if "LOST" in t]
     assert len(lost) == 1
-    assert f"4 queued requests to hook 'collected' ({hook}) were deleted by Phorge's garbage collection" in lost[0]
+    assert f"4 queued requests to hook `collected` ({hook}) were deleted by Phorge's garbage collection" in lost[0]
     assert all(phid in lost[0] for phid in old) and sent_old not in lost[0]
     assert "4 lost in all for this hook" in lost[0]
     assert not AlertCondition.objects.filter(key=f"collection:{hook}", active=True).exists()
@@ -412,7 +412,7 @@ def test_receiver_failing_breaker_opens_one_message_then_one_recovery(
     wait_for(lambda: _count(smtp.bodies, "ALERT", hook) and _count(chat.texts, "ALERT", hook), 20, "the alert")
     assert time.monotonic() - opened < 60
     for body in smtp.bodies + chat.texts:
-        assert "breaker backoff" in body and "http/500" in body and "'breaks'" in body
+        assert "breaker backoff" in body and "http/500" in body and "`breaks`" in body
     time.sleep(3)  # ten more passes while it keeps failing
     assert _count(smtp.bodies, "ALERT", hook) == 1 and _count(chat.texts, "ALERT", hook) == 1
 
@@ -446,8 +446,8 @@ def test_two_watchers_side_by_side_notify_each_condition_exactly_once(
     for texts in (smtp.bodies, chat.texts):
         joined = "\n".join(texts).replace("\r\n", "\n")
         for index, hook in enumerate(hooks):
-            assert joined.count(f"ALERT      hook 'pair{index}' ({hook})") == 1, hook
-            assert joined.count(f"RECOVERED  hook 'pair{index}' ({hook})") == 1, hook
+            assert joined.count(f"ALERT      Hook `pair{index}` ({hook})") == 1, hook
+            assert joined.count(f"RECOVERED  Hook `pair{index}` ({hook})") == 1, hook
     for process in pair:
         process.stop()
         assert process.proc is not None and process.proc.returncode == 0
@@ -611,3 +611,60 @@ def test_alerts_holds_and_losses_are_shown_where_operators_look(
     assert 'gorge_webhook_alert_conditions_active{kind="receiver"} 1.0' in scraped
     assert f'gorge_webhook_requests_lost_to_collection_total{{hook="{hook}"}} 4.0' in scraped
     assert_no_secrets([scraped, json.dumps(health)], phorge, chat)
+
+
+# The dashboard as the web process renders it from Django's shared database (static files uncollected).
+PAGE = """
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
+from tests.helpers import viewer
+user = get_user_model().objects.filter(username="operator").first() or viewer(get_user_model())
+client = Client()
+client.force_login(user)
+plain = {**settings.STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+with override_settings(STORAGES=plain):
+    print(client.get("/", HTTP_HOST="localhost").content.decode())
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_by_sigterm_reads_as_stopped_cleanly_on_the_page_and_in_the_alert(
+    phorge: Phorge, receiver: Receiver, smtp: Smtp, chat: Chat, site: str, workers: Any
+) -> None:
+    from tests.processes import manage
+    from webhook_delivery.wording import moment
+
+    hook = phorge.hook(receiver.url("/after/ok"), name="after the stop")
+    worker = workers("worker", DATABASE_URL=site, GORGE_WEBHOOK_POLL_INTERVAL_MS="100").start()
+    name = site.rsplit("/", 1)[1]
+
+    def beat() -> dict[str, Any] | None:
+        admin = mysql_admin(name)
+        try:
+            cursor = admin.cursor()
+            cursor.execute("SELECT worker_id, state FROM delivery_status_workerheartbeat")
+            rows = cursor.fetchall()
+            return None if not rows else {"worker_id": rows[0][0], **json.loads(rows[0][1])}
+        finally:
+            admin.close()
+
+    wait_for(lambda: beat() is not None, 15, "the worker's heartbeat")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    last = beat()
+    assert last is not None and last["stopped"] == "clean", last
+    stopped_at = moment(last["phorge_now"], phorge.now())
+    for _ in range(2):
+        phorge.request(hook, created=phorge.now() - 60)
+
+    env = worker_env(**channel_env(site, smtp, chat, GORGE_ALERT_WORKER_DEAD_SEC="1"))
+    manage("watch_webhooks", "--once", env=env)
+    [text] = [t for t in chat.texts if "No deliver_webhooks worker" in t]
+    assert f"The last worker, `{last['worker_id']}`, stopped cleanly at {stopped_at}." in text
+    assert "2 requests are due" in text
+
+    page = manage("shell", "-c", PAGE, env=worker_env(DATABASE_URL=site, ALLOWED_HOSTS="localhost")).stdout
+    assert 'data-last="stopped"' in page
+    assert f"stopped cleanly at {stopped_at}" in page
+    assert 'data-state="stopped"' in page, "the workers table lists it as stopped"

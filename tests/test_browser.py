@@ -166,3 +166,81 @@ def test_no_page_asks_for_a_favicon_in_chromium(
         assert icon.count() == 1 and (icon.get_attribute("href") or "").startswith("data:image/svg+xml,"), path
     page.wait_for_timeout(300)
     assert asked == []
+
+
+TEMPLATE_SYNTAX = ("{#", "#}", "{{", "}}", "{%", "%}")
+
+
+def test_no_page_shows_template_syntax_with_every_kind_of_state_present(
+    live_server: Any, phorge: Phorge, django_user_model: Any, chromium: Any, worker_db: Any
+) -> None:
+    """Every page the URL walk reaches, with alerts, holds, losses, stopped and silent workers, a partitioned
+    map and odd rows present, rendered by Chromium: none of Django's template syntax in what a person reads."""
+    from tests.urlwalk import every_page
+    from webhook_delivery.alerts.models import AlertCondition, AlertNotification, HookLoss
+    from webhook_delivery.records.holds import hold
+
+    bulk = seed_bulk(phorge, rows=300, spread_sec=3 * 3600)
+    odd = phorge.hook("http://127.0.0.1:9/odd", name="odd <b>hook</b> & co", key="")
+    phorge.request(odd, properties="not json at all", status="failed", lastRequestResult="none")
+    phorge.request(odd, properties='{"errorType":"http","errorCode":"²"}', status="failed", lastRequestResult="fail")
+    hold(bulk.failing, reason="receiver moving", held_by="ops")
+    HookLoss.objects.create(hook_phid=bulk.failing, hook_name="bulk hook 5", lost_total=3)
+    now = datetime.now(UTC)
+    AlertCondition.objects.create(
+        key=f"receiver:{bulk.failing}",
+        kind="receiver",
+        hook_phid=bulk.failing,
+        hook_name="bulk hook 5",
+        since=now,
+        entered_at=now,
+        summary="Hook `bulk hook 5` has been failing since 20:02 UTC (43 min).",
+    )
+    AlertNotification.objects.create(
+        key=f"receiver:{bulk.failing}",
+        episode=1,
+        transition="entered",
+        kind="receiver",
+        channel="email",
+        subject="[gorge-webhook] Hook `bulk hook 5` failing",
+        text="ALERT      ...",
+        created_at=now,
+    )
+    for worker_id, state, seen in (("gone:1:aaaaaa", {"stopped": "clean"}, 600), ("quiet:2:bbbbbb", {}, 900)):
+        WorkerHeartbeat.objects.create(
+            worker_id=worker_id,
+            hostname=worker_id.split(":")[0],
+            pid=1,
+            started_at=now,
+            last_seen=datetime.fromtimestamp(now.timestamp() - seen, UTC),
+            state=state,
+        )
+    worker_db.create(["meta_data"])
+    worker_db.partition_map(
+        [
+            {"host": "127.0.0.1", "port": 3306, "role": "master", "partition": ["default"]},
+            {"host": "10.9.9.9", "port": 3306, "role": "master", "partition": ["maniphest"]},
+        ]
+    )
+    viewer(django_user_model)
+    page = chromium.new_page(viewport={"width": 1280, "height": 900})
+    log_in(page, live_server.url, "operator", "pw-operator-1")
+    seen = []
+    for path in every_page():
+        if "logout" in path:
+            continue  # a POST, and the walk must stay logged in
+        response = page.goto(f"{live_server.url}{path}")
+        assert response is not None
+        if "json" in (response.headers.get("content-type") or "") or path.endswith(("metrics", "healthz", "readyz")):
+            continue
+        text = page.inner_text("body")
+        leaked = [mark for mark in TEMPLATE_SYNTAX if mark in text]
+        assert not leaked, f"{path} shows {leaked}: {text[:500]}"
+        seen.append(path)
+    assert "/" in seen and any(p.startswith("/hooks/") for p in seen) and any(p.startswith("/requests/") for p in seen)
+    assert any(p.startswith("/admin/") for p in seen)
+    dashboard = page.goto(f"{live_server.url}/")
+    assert dashboard is not None
+    board = page.inner_text("body")
+    assert "Held hooks" in board and "Active alerts" in board
+    assert "The last one, gone:1:aaaaaa, stopped cleanly at" in board

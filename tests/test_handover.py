@@ -123,8 +123,9 @@ def test_without_phorges_config_the_default_list_is_in_force_and_the_log_says_wh
     assert said[0].startswith(
         f"Phorge setting in force: security.outbound-blacklist = {ranges} ranges, from Phorge's default"
     )
-    assert f"cannot read `{namespace}_config`.`config_entry`" in said[0]
-    assert "not changed" not in said[0] and "no local file given" in said[0]
+    [looked] = [r.getMessage() for r in caplog.records if getattr(r, "event", "") == "settings.looked"]
+    assert f"cannot read `{namespace}_config`.`config_entry`" in looked
+    assert "not changed" not in looked and "no local file given" in looked
 
 
 # -- no duplicate while PHP still delivers ------------------------------------------------------------------------

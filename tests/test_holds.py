@@ -166,9 +166,16 @@ def test_the_fragment_shows_who_when_why_escaped(phorge: Phorge) -> None:
 
     hook = phorge.hook("http://127.0.0.1:9/x")
     holds("--hook", hook, "--reason", "<script>alert(1)</script> & co", "--by", "alice")
-    html = render_to_string("webhook_delivery/_holds.html", {"holds": active_holds()})
+    from webhook_delivery.web.views import HeldHook
+
+    shown = [HeldHook(hold, "<b>ci</b> bridge", 7) for hold in active_holds()]
+    html = render_to_string("webhook_delivery/_holds.html", {"holds": shown, "phorge_uri": "https://phorge.example"})
     assert hook in html and "alice" in html and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; co" in html
-    assert "<script>" not in html
+    assert f'<a href="/hooks/{hook}/">&lt;b&gt;ci&lt;/b&gt; bridge</a>' in html, "the hook by name, linked"
+    assert 'href="https://phorge.example/herald/webhook/view/7/"' in html
+    assert "<script>" not in html and "<b>" not in html
+    gone = render_to_string("webhook_delivery/_holds.html", {"holds": [HeldHook(active_holds()[0], None, None)]})
+    assert "(hook gone from Phorge)" in gone and hook in gone
     assert render_to_string("webhook_delivery/_holds.html", {"holds": []}).strip() == ""
 
 

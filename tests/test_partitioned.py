@@ -453,3 +453,133 @@ def test_an_unreachable_configured_master_waits_and_no_password_is_ever_shown(
     assert row["status"] == "queued" and "errorType" not in row["properties"]  # waits, never hook/object
     for run in runs:
         assert "b-secret-pw" not in run.stdout + run.stderr and "Traceback" not in run.stderr
+
+
+# -- cluster.databases in Phorge's local file (GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG) ---------------------
+
+HERALD_URL = "mysql://svc:herald%2Fpw@db-a.example.org:3306/phabricator_herald"
+
+
+def _local(tmp_path: Any, values: dict[str, Any]) -> str:
+    path = tmp_path / "local.json"
+    path.write_text(json.dumps(values, indent=4) + "\n")  # as `bin/config set` writes it
+    return str(path)
+
+
+def _from(path: str, **env: str) -> Any:
+    from webhook_delivery.config import load_config
+
+    return load_config({"GORGE_WEBHOOK_DATABASE_URL": HERALD_URL, "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG": path, **env})
+
+
+def test_the_local_files_map_is_used_as_the_variable_would_be(tmp_path: Any) -> None:
+    path = _local(tmp_path, {"cluster.databases": CLUSTER, "phabricator.silent": False})
+    loaded = _from(path)
+    assert not loaded.errors
+    cluster = loaded.delivery.cluster
+    assert cluster.origin == f"the local file {path}" and loaded.master_variable == "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG"
+    assert cluster.same_entries(_loaded(CLUSTER).delivery.cluster)
+    assert (
+        loaded.master_urls == _loaded(CLUSTER).master_urls == {OTHER_MASTER: f"mysql://svc:herald%2Fpw@{OTHER_MASTER}/"}
+    )
+    unset: list[dict[str, Any]] = [{}, {"cluster.databases": []}, {"phabricator.silent": True}]  # []: Phorge's default
+    for values in unset:
+        nothing = _from(_local(tmp_path, values))
+        assert not nothing.errors and nothing.delivery.cluster is None and nothing.master_urls == {}
+    missing = _from(str(tmp_path / "absent.json"))  # gorge.E002's to refuse, not load_config's
+    assert not missing.errors and missing.delivery.cluster is None
+
+
+def test_the_variable_wins_over_the_local_file(tmp_path: Any) -> None:
+    moved = [dict(CLUSTER[0]), {**CLUSTER[1], "partition": ["maniphest"]}, CLUSTER[2]]
+    bad = [{"host": "db-a", "role": "primary", "pass": "file-secret"}]
+    for in_file in (CLUSTER, bad):
+        loaded = _from(
+            _local(tmp_path, {"cluster.databases": in_file}), GORGE_WEBHOOK_CLUSTER_DATABASES=json.dumps(moved)
+        )
+        assert not loaded.errors and loaded.master_variable == "GORGE_WEBHOOK_CLUSTER_DATABASES"
+        assert loaded.delivery.cluster.origin == "the variable GORGE_WEBHOOK_CLUSTER_DATABASES"
+        assert loaded.delivery.cluster.elsewhere("user") is None  # the variable's map, not the file's
+
+
+@pytest.mark.parametrize(
+    ("value", "url", "message"),
+    [
+        ({"0": {"host": "db-a", "role": "master", "pass": 7}}, None, "'pass' must be string"),
+        ([{**CLUSTER[1], "pass": "leaky-secret"}, {**CLUSTER[0], "partition": ["maniphest"]}], None, "maniphest"),
+        ([{**CLUSTER[0], "pass": "leaky-secret", "partition": ["file"]}, CLUSTER[1]], None, "no master serves herald"),
+        ("db-a.example.org", None, "not a list of database hosts"),
+        (CLUSTER, "sqlite:///demo.sqlite3", "needs a MySQL/MariaDB herald database"),
+    ],
+)
+def test_a_bad_map_in_the_local_file_stops_start_up_naming_the_file_and_key_not_the_password(
+    tmp_path: Any, value: Any, url: str | None, message: str
+) -> None:
+    from webhook_delivery.config import load_config
+
+    path = _local(tmp_path, {"cluster.databases": value})
+    env = {"GORGE_WEBHOOK_DATABASE_URL": url or HERALD_URL, "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG": path}
+    loaded = load_config(env)
+    (error,) = loaded.errors
+    assert error.variable == "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG"
+    assert str(error).startswith(f"GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG: cluster.databases in {path} is refused: ")
+    assert message in error.message and "secret" not in str(error) and loaded.master_urls == {}
+    assert loaded.delivery.cluster is None
+
+
+def test_the_warning_and_the_start_up_line_say_where_the_map_came_from() -> None:
+    hoststate = Placement(parse_cluster_databases(CLUSTER), origin="`ns_meta_data`.`hoststate`")
+    warning = hoststate.warning() or ""
+    assert "(map from `ns_meta_data`.`hoststate`; herald on" in warning
+    assert "GORGE_WEBHOOK_CLUSTER_DATABASES or in cluster.databases of the local file" in warning
+    assert hoststate.in_force() == (
+        f"herald on {HERALD_MASTER}; {OTHER_MASTER} (config, maniphest, repository, user, worker)",
+        "`ns_meta_data`.`hoststate`",
+    )
+    assert Placement(parse_cluster_databases(SINGLE), origin="x").in_force() == (
+        f"herald on {HERALD_MASTER} (not partitioned)",
+        "x",
+    )
+    assert Placement().in_force() is None and Placement(problem="unreadable").in_force() is None
+
+
+@PHORGE_DB
+def test_the_local_files_map_reaches_the_master_check_finds_none_unreachable_and_a_change_waits_for_restart(
+    partitioned: AppDatabases, tmp_path: Any, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from webhook_delivery.phorge.databases import Masters, herald_connection
+
+    hoststate = partitioned.table("meta_data", "hoststate")
+    path = _local(tmp_path, {"cluster.databases": CLUSTER})
+    cluster = _from(path).delivery.cluster
+    config = dataclasses.replace(settings.GORGE_WEBHOOK, cluster=cluster, phorge_local_config=path, silent=False)
+    monkeypatch.setattr(settings, "GORGE_WEBHOOK", config)
+    assert not [m for m in checks.configuration() if m.id == "gorge.W004"]
+    unset = dataclasses.replace(config, cluster=None, phorge_local_config="")
+    monkeypatch.setattr(settings, "GORGE_WEBHOOK", unset)
+    (unreached,) = [m for m in checks.configuration() if m.id == "gorge.W004"]  # as when the file was not read
+    assert f"(map from {hoststate}; herald on {HERALD_MASTER}; masters this service cannot reach" in unreached.msg
+    assert "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG to Phorge's conf/local/local.json" in (unreached.hint or "")
+
+    caplog.set_level(logging.INFO)
+    now = [100.0]
+    masters = Masters.single(NAMESPACE, herald_connection, configured=cluster)
+    phorge_settings = PhorgeSettings(config, masters=masters, clock=lambda: now[0])
+    phorge_settings.current()
+    placement = masters.partitions.current()
+    assert placement.unreached("maniphest") is None and placement.warning() is None
+    assert placement.origin == f"the local file {path}, as in {hoststate}"
+    said = [r.getMessage() for r in caplog.records]
+    assert f"Phorge setting in force: cluster.databases = herald on {HERALD_MASTER}; {OTHER_MASTER} " in "".join(said)
+    assert any(m.endswith(f", from the local file {path}, as in {hoststate}") for m in said)
+
+    for changed in ([dict(CLUSTER[0]), {**CLUSTER[1], "pass": "new-secret"}, CLUSTER[2]], []):
+        _local(tmp_path, {"cluster.databases": changed})  # another size: a new stamp, whatever the clock
+        now[0] += 6  # past the file's recheck and the config cache
+        phorge_settings.current()
+    notes = [r.getMessage() for r in caplog.records if "changed since start-up" in r.getMessage()]
+    assert notes == [
+        f"cluster.databases in {path} changed since start-up: the map read then (the local file {path}) stays in "
+        "force until the service restarts"
+    ]
+    assert not any("new-secret" in r.getMessage() for r in caplog.records)

@@ -1,7 +1,8 @@
 """A partitioned Phorge on two real MariaDB servers (issue 22): herald on server A (the suite's), maniphest,
 user, config and repository on server B, started by the suite on its own port and data directory. Every
 schema is on both, as `bin/storage upgrade` keeps it; the map is in both hoststate tables, as
-`bin/storage partition` writes it; GORGE_WEBHOOK_CLUSTER_DATABASES tells the service how to reach B.
+`bin/storage partition` writes it; GORGE_WEBHOOK_CLUSTER_DATABASES (or cluster.databases in Phorge's local file)
+tells the service how to reach B.
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ def _golden(name: str) -> dict[str, Any]:
     return next(case for case in CASES if case["name"] == name)
 
 
-def _replay(case: dict[str, Any], phorge: Phorge, cluster: Cluster, **env: str) -> None:
+def _replay(case: dict[str, Any], phorge: Phorge, cluster: Cluster, **env: str) -> list[str]:
+    """The golden case's attempts, each one `once(...)` run checked against Phorge's bytes; their log messages."""
+    messages: list[str] = []
     with Receiver(hold_seconds=4) as receiver:
         hook = dict(case["hook_row"])
         hook["webhookURI"] = hook["webhookURI"].replace(":8765/", f":{receiver.port}/")
@@ -115,22 +118,53 @@ def _replay(case: dict[str, Any], phorge: Phorge, cluster: Cluster, **env: str) 
                 time.sleep(1.2)
             before = len(receiver.requests)
             started = time.time()
-            once(cluster, **env)
+            messages += once(cluster, **env)
             _check_received(receiver.requests[before:], attempt, receiver)
             _check_row(phorge.row(phid), attempt["request_after"], started, time.time())
         assert phorge.row(phid)["properties"] == case["request_after"]["properties"]
+    return messages
 
 
-@PHORGE_DB
-def test_golden_task_on_b_gives_phorges_bytes_from_b_lookups(phorge: Phorge, cluster: Cluster) -> None:
-    case = _golden("herald_rule_task_ok")
+def _task_on_b(case: dict[str, Any], cluster: Cluster) -> None:
+    """The case's task and the transactions its body carries, on B only (A holds empty copies)."""
     task = case["request_before"]["objectPHID"]
     cluster.b.task(task)
     body = json.loads(base64.b64decode(case["attempts"][0]["received"][0]["body_b64"]))
     sent = [x["phid"] for x in body["transactions"]]  # newest first, as Phorge's query read them
     for row_id, xaction in enumerate(reversed(sent), start=1):
         cluster.b.transaction("maniphest", "maniphest_transaction", task, row_id=row_id, phid=xaction)
+
+
+@PHORGE_DB
+def test_golden_task_on_b_gives_phorges_bytes_from_b_lookups(phorge: Phorge, cluster: Cluster) -> None:
+    case = _golden("herald_rule_task_ok")
+    _task_on_b(case, cluster)
     _replay(case, phorge, cluster)
+
+
+@PHORGE_DB
+def test_the_map_only_in_phorges_local_file_reaches_b_and_check_finds_no_master_unreachable(
+    phorge: Phorge, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Issue 28: no GORGE_WEBHOOK_CLUSTER_DATABASES; cluster.databases is read from conf/local/local.json."""
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"cluster.databases": cluster.databases, "phabricator.silent": False}, indent=4))
+    env = {"GORGE_WEBHOOK_CLUSTER_DATABASES": "", "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG": str(local)}
+    master_b = f"127.0.0.1:{cluster.server_b.port}"
+    unread = manage("check", env=worker_env(GORGE_WEBHOOK_CLUSTER_DATABASES=""))  # the map nowhere it is read
+    assert "gorge.W004" in unread.stderr and f"cannot reach: {master_b}" in unread.stderr
+
+    case = _golden("herald_rule_task_ok")
+    _task_on_b(case, cluster)
+    messages = _replay(case, phorge, cluster, **env)
+    hoststate = cluster.a.table("meta_data", "hoststate")
+    assert (
+        f"Phorge setting in force: cluster.databases = herald on {testdb.server().host}:{testdb.server().port}; "
+        f"{master_b} (config, maniphest, repository, user), from the local file {local}, as in {hoststate}" in messages
+    )
+    assert not [m for m in messages if "cannot reach" in m or "hook locks on the repository" in m]
+    checked = manage("check", env=worker_env(**env))
+    assert "gorge.W004" not in checked.stderr and "cannot reach" not in checked.stdout + checked.stderr
 
 
 @PHORGE_DB

@@ -181,11 +181,10 @@ def test_start_up_lines_name_each_settings_value_and_source(
         said[2]
         == f"Phorge setting in force: phabricator.base-uri = https://phorge.example.com, from database ({table})"
     )
-    assert said[3] == (
-        "Phorge setting in force: phd.garbage-collection herald.webhooks = 7 days, from Phorge's default "
-        f"(not set in {path}; not set in {table})"
-    )
+    assert said[3] == "Phorge setting in force: phd.garbage-collection herald.webhooks = 7 days, from Phorge's default"
     assert len(said) == 4
+    looked = [r.getMessage() for r in caplog.records if getattr(r, "event", "") == "settings.looked"]
+    assert looked == [f"Phorge settings at Phorge's default: not set in {path}; not set in {table}"], "said once"
 
 
 def test_no_file_no_grant_no_variable_delivers_nothing_and_says_so_everywhere(
@@ -213,7 +212,7 @@ def test_no_file_no_grant_no_variable_delivers_nothing_and_says_so_everywhere(
         ]
         assert len(warnings) == 1
         assert "GORGE_WEBHOOK_SILENT" in warnings[0].getMessage()
-        assert worker.summary()[0].startswith("nothing delivered: phabricator.silent is unknown")
+        assert (worker.blocked() or "").startswith("nothing delivered: phabricator.silent is unknown")
         assert worker.snapshot()["delivery_paused"] is not None
 
         monkeypatch.setattr(settings, "GORGE_WEBHOOK", dataclasses.replace(unset, service_token="t0ken"))
@@ -365,20 +364,26 @@ def test_once_prints_what_it_left_and_why(phorge: Phorge, app_databases: AppData
         app_databases.worker_task(object_phid=phorge.request(hook, created=old))
     # PHP is active and this one is too young to tell (a few seconds ahead: the command takes a moment to start)
     phorge.request(phorge.hook("http://127.0.0.1:9/young"), created=phorge.now() + 5)
-    out = _once()
-    assert "left 2 request(s) to Phorge's PHP worker: each has a HeraldWebhookWorker task queued" in out
-    assert "left 1 request(s) too young to tell whether Phorge's PHP worker takes them" in out
-
-    undeclared = _once(GORGE_WEBHOOK_SILENT="")
-    assert "nothing delivered: phabricator.silent is unknown" in undeclared
-    assert "3 queued request(s) left as they are" in undeclared
+    done = _once()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "left 2 request(s) to Phorge's PHP worker: each has a HeraldWebhookWorker task queued" in done.stdout
+    assert "left 1 request(s) too young to tell whether Phorge's PHP worker takes them" in done.stdout
 
 
-def _once(**env: str) -> str:
+def test_once_that_can_deliver_nothing_exits_3_and_says_why_in_one_line(phorge: Phorge) -> None:
+    phorge.request(phorge.hook("http://127.0.0.1:9/paused"))
+    done = _once(GORGE_WEBHOOK_SILENT="")
+    assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
+    [line] = [line for line in done.stderr.splitlines() if "nothing delivered" in line]
+    assert "phabricator.silent is unknown" in line and "1 queued request(s) left as they are" in line
+    assert "Traceback" not in done.stderr
+
+
+def _once(**env: str) -> subprocess.CompletedProcess[str]:
     from tests.helpers import worker_env
     from tests.processes import manage
 
-    return manage("deliver_webhooks", "--once", env=worker_env(**env)).stdout
+    return manage("deliver_webhooks", "--once", env=worker_env(**env), ok=False)
 
 
 def test_requeue_of_hook_errors_leaves_out_requests_whose_object_is_gone(

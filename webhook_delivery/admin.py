@@ -24,7 +24,7 @@ from .phorge.herald import text, utc
 from .phorge.outcomes import is_success
 from .phorge.payload import phid_get_type
 from .phorge.phpjson import UndecodableProperties, decode_properties
-from .web import links, phorge_status, selectors
+from .web import links, object_names, phorge_status, selectors
 
 admin.site.site_header = "gorge-webhook"
 admin.site.site_title = "gorge-webhook"
@@ -127,7 +127,8 @@ def _phorge_link(base: str | None, path: str, text: str) -> str:
 @admin.register(HeraldWebhookRequest)
 class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
     """Answers "what happened to the webhooks of this object / this hook?": search by request, object or
-    hook PHID, or by hook name; links into Phorge's own pages when its base URI can be read."""
+    hook PHID, by an object's monogram (T123, rXYZabc12, ...), or by hook name; objects are shown by Phorge's
+    names, and linked into Phorge's own pages when its base URI can be read."""
 
     paginator = CappedPaginator
     sortable_by = ["id"]  # any other order is a filesort over every retained row
@@ -135,7 +136,9 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
     list_display_links = ["request"]
     list_filter = ["status", "last_request_result"]
     search_fields = ["phid__exact", "object_phid__exact", "webhook_phid__exact"]
-    search_help_text = "a request, object or hook PHID, or part of a hook's name"
+    search_help_text = (
+        "a request, object or hook PHID, an object's monogram (T123, D45, rXYZabc12), or part of a hook's name"
+    )
     fields = readonly_fields = (
         "id",
         "phid",
@@ -176,7 +179,19 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
             hooks = HeraldWebhook.objects.annotate(lowered=Lower("name")).filter(lowered__contains=term.lower())
             named = hooks.values_list("phid", flat=True)[:100]
             found = found | queryset.filter(webhook_phid__in=list(named))
+            if objects := object_names.object_phids(term):
+                found = found | queryset.filter(object_phid__in=objects)
         return found, duplicates
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        # The page's rows, read once here (the template iterates the same evaluated queryset), named in one
+        # batch: each row carries its name, since this admin instance is shared by every request.
+        rows = list(changelist.result_list)
+        named = object_names.object_names(row.object_phid for row in rows)
+        for row in rows:
+            row.object_name = named.get(row.object_phid)
+        return changelist
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
         self._base = phorge_status.phorge_base_uri()
@@ -211,9 +226,11 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
 
     @admin.display(description="object")
     def object(self, obj: Any) -> str:
-        return format_html(
-            '{}<br><code style="{}">{}</code>', phid_get_type(obj.object_phid), PHID_STYLE, obj.object_phid
-        )
+        if not hasattr(obj, "object_name"):  # the form of one request: not named with a page
+            obj.object_name = object_names.object_names([obj.object_phid]).get(obj.object_phid)
+        name = obj.object_name
+        shown = phid_get_type(obj.object_phid) if name is None else object_names.object_link(name, self._base)
+        return format_html('{}<br><code style="{}">{}</code>', shown, PHID_STYLE, obj.object_phid)
 
     @admin.display(description="outcome")
     def outcome(self, obj: HeraldWebhookRequest) -> str:

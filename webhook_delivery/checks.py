@@ -10,7 +10,7 @@ from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
-from .config import DeliveryConfig
+from .config import CLUSTER_KEY, CLUSTER_VARIABLE, LOCAL_CONFIG_VARIABLE, DeliveryConfig
 from .phorge.config import LocalConfigFile
 from .phorge.databases import PartitionMap
 from .phorge.netguard import local_gaps
@@ -54,14 +54,19 @@ def _partitioned(config: DeliveryConfig) -> list[CheckMessage]:
         return []  # an unreachable database is the worker's to report, and must not stop every command
     if warning is None:
         return []
-    return [
-        checks.Warning(
-            warning,
-            hint="set GORGE_WEBHOOK_CLUSTER_DATABASES to Phorge's cluster.databases (README, Partitioned Phorge "
-            "databases) so that each application is read on its own master",
-            id="gorge.W004",
+    if config.cluster is not None:
+        hint = f"the map in force is from {config.cluster.origin}: it must place the applications as hoststate does"
+    elif config.phorge_local_config:
+        hint = (
+            f"{config.phorge_local_config} has no {CLUSTER_KEY}: give Phorge's there, or in {CLUSTER_VARIABLE}, "
+            "so that each application is read on its own master"
         )
-    ]
+    else:
+        hint = (
+            f"set {LOCAL_CONFIG_VARIABLE} to Phorge's conf/local/local.json (its {CLUSTER_KEY} is read), or "
+            f"{CLUSTER_VARIABLE} to Phorge's {CLUSTER_KEY}, so that each application is read on its own master"
+        )
+    return [checks.Warning(warning, hint=f"{hint} (README, Partitioned Phorge databases)", id="gorge.W004")]
 
 
 def _phorge_settings(config: DeliveryConfig) -> list[CheckMessage]:
@@ -70,7 +75,7 @@ def _phorge_settings(config: DeliveryConfig) -> list[CheckMessage]:
         if local.values is None:
             return [
                 Error(
-                    f"GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG: cannot read {local.path}: {local.problem}",
+                    f"{LOCAL_CONFIG_VARIABLE}: cannot read {local.path}: {local.problem}",
                     hint="give the path of Phorge's conf/local/local.json (in a container, a read-only mount)",
                     id="gorge.E002",
                 )

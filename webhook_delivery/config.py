@@ -1,4 +1,5 @@
-"""Parse and validate the GORGE_WEBHOOK_* environment. Pure: no Django import.
+"""Parse and validate the GORGE_WEBHOOK_* environment (and the partition map in Phorge's local file it may
+name). Pure: no Django import.
 
 Every problem becomes one ConfigError naming the variable and the value expected; settings.py collects
 them and the system check in checks.py reports them, so a bad value stops startup instead of falling back.
@@ -6,16 +7,18 @@ them and the system check in checks.py reports them, so a bad value stops startu
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from .phorge.cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases
+from .phorge.cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases, parse_cluster_databases
 from .phorge.delivery_id import OFF as DELIVERY_ID_OFF
 from .phorge.delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
 
@@ -26,6 +29,10 @@ LEASE_MARGIN_SEC = 5
 NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")  # Phorge's storage.default-namespace, safe in SQL names
 PHORGE_ALIAS = "phorge"  # Django's database alias of Phorge's herald database
 CLUSTER_VARIABLE = "GORGE_WEBHOOK_CLUSTER_DATABASES"
+CLUSTER_KEY = "cluster.databases"
+FROM_CLUSTER_VARIABLE = f"the variable {CLUSTER_VARIABLE}"  # ClusterDatabases.origin of the variable's map
+LOCAL_CONFIG_VARIABLE = "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG"
+LOCAL_FILE_MAX_BYTES = 4 * 1024 * 1024  # far above any real local.json; a bigger file is not Phorge's
 REPLICA_ALIAS = f"{PHORGE_ALIAS}@replica"  # a replica of herald's master, for the web side's reads
 
 
@@ -63,7 +70,7 @@ class DeliveryConfig:
     outbound_blacklist: tuple[IPNetwork, ...] = ()  # GORGE_WEBHOOK_OUTBOUND_BLACKLIST, or Phorge's default
     outbound_blacklist_from_env: bool = False
     silent: bool | None = None
-    phorge_local_config: str = ""  # Phorge's conf/local/local.json, read for its locked options
+    phorge_local_config: str = ""  # Phorge's conf/local/local.json: its locked options, and cluster.databases
     phorge_base_uri: str | None = None
     service_token: str = field(default="", repr=False)
     attempt_log: bool = True
@@ -71,7 +78,8 @@ class DeliveryConfig:
     attempt_log_per_hook: int = 10_000
     attempt_log_body_bytes: int = 0
     delivery_id_hooks: DeliveryIdHooks = DELIVERY_ID_OFF  # GORGE_WEBHOOK_DELIVERY_ID_HOOKS: off by default
-    cluster: ClusterDatabases | None = None  # GORGE_WEBHOOK_CLUSTER_DATABASES: how to reach every master
+    # How to reach every master: GORGE_WEBHOOK_CLUSTER_DATABASES, else cluster.databases in the local file.
+    cluster: ClusterDatabases | None = None
     replica_max_lag_sec: int = 30  # GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC: beyond it, pages read the master
 
     @property
@@ -86,22 +94,56 @@ class LoadedConfig:
     errors: tuple[ConfigError, ...]
     # Database URLs of the masters other than herald's, by ref key ("host:port"): Django aliases master_alias().
     master_urls: dict[str, str] = field(default_factory=dict, repr=False)
+    master_variable: str = CLUSTER_VARIABLE  # the variable that gave the map, for errors in those URLs
     replica_url: str = field(default="", repr=False)  # GORGE_WEBHOOK_REPLICA_DATABASE_URL
 
 
-def _cluster(raw: str, herald_url: str) -> tuple[ClusterDatabases | None, dict[str, str], list[ConfigError]]:
-    """GORGE_WEBHOOK_CLUSTER_DATABASES: Phorge's `cluster.databases` JSON; each master other than herald's
-    is reached with the entry's user and pass, else with the herald connection's. Errors never show a value."""
+def read_local_file(path: str) -> tuple[dict[str, Any] | None, str]:
+    """Phorge's `conf/local/local.json`: a JSON object of option to value as `bin/config set` writes it
+    (`[]` once every key was deleted); else None and why it cannot be used."""
     try:
-        cluster = loads_cluster_databases(raw)
+        with open(path, "rb") as handle:
+            data = handle.read(LOCAL_FILE_MAX_BYTES + 1)
+    except OSError as exc:
+        return None, exc.strerror or type(exc).__name__
+    if len(data) > LOCAL_FILE_MAX_BYTES:
+        return None, f"larger than {LOCAL_FILE_MAX_BYTES} bytes"
+    try:
+        values = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None, "not valid JSON"
+    if values == []:
+        values = {}
+    if not isinstance(values, dict):
+        return None, "not a JSON object of option to value"
+    return values, ""
+
+
+def local_cluster_value(values: Mapping[str, Any]) -> Any:
+    """`cluster.databases` in the local file; None when it is not set there or is Phorge's default (empty),
+    which Phorge reads as one server, mysql.host."""
+    value = values.get(CLUSTER_KEY)
+    return None if value in ([], {}) else value
+
+
+def _cluster(
+    parse: Callable[[], ClusterDatabases], herald_url: str, *, variable: str, origin: str, frame: tuple[str, str]
+) -> tuple[ClusterDatabases | None, dict[str, str], list[ConfigError]]:
+    """Phorge's `cluster.databases`, as `parse` reads it; each master other than herald's is reached with the
+    entry's user and pass, else with the herald connection's. Errors never show a value; `frame` (before,
+    after) says where the map was read."""
+    try:
+        cluster = dataclasses.replace(parse(), origin=origin)
     except ClusterError as exc:
-        return None, {}, [ConfigError(CLUSTER_VARIABLE, f"{exc} (the JSON of Phorge's cluster.databases)")]
+        return None, {}, [ConfigError(variable, f"{frame[0]}{exc}{frame[1]}")]
     parts = urlsplit(herald_url)
+    problem = ""
     if not parts.scheme.startswith("mysql"):
-        return None, {}, [ConfigError(CLUSTER_VARIABLE, "needs a MySQL/MariaDB herald database")]
-    herald = cluster.master_for(HERALD)
-    if herald is None:
-        return None, {}, [ConfigError(CLUSTER_VARIABLE, "no master serves herald (no partition lists it, no default)")]
+        problem = "needs a MySQL/MariaDB herald database"
+    elif cluster.master_for(HERALD) is None:
+        problem = "no master serves herald (no partition lists it, no default)"
+    if problem:
+        return None, {}, [ConfigError(variable, f"{frame[0]}{problem}{frame[1]}")]
     urls = {}
     masters = {ref.ref_key: ref for ref in cluster.enabled_masters()}
     for master in (masters[key] for key in cluster.reachable()):
@@ -111,6 +153,33 @@ def _cluster(raw: str, herald_url: str) -> tuple[ClusterDatabases | None, dict[s
         auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "")
         urls[master.ref_key] = f"mysql://{auth}@{host}:{master.port}/"
     return cluster, urls, []
+
+
+def _configured_cluster(
+    raw: str, local_config: str, herald_url: str
+) -> tuple[ClusterDatabases | None, dict[str, str], list[ConfigError]]:
+    """The map at start: GORGE_WEBHOOK_CLUSTER_DATABASES, else `cluster.databases` in the local file, read
+    once since the masters' database aliases are made from it. A file that cannot be read gives no map here:
+    gorge.E002 stops start-up."""
+    if raw:
+        return _cluster(
+            lambda: loads_cluster_databases(raw),
+            herald_url,
+            variable=CLUSTER_VARIABLE,
+            origin=FROM_CLUSTER_VARIABLE,
+            frame=("", " (the JSON of Phorge's cluster.databases)"),
+        )
+    values = read_local_file(local_config)[0] if local_config else None
+    value = None if values is None else local_cluster_value(values)
+    if value is None:
+        return None, {}, []
+    return _cluster(
+        lambda: parse_cluster_databases(value),
+        herald_url,
+        variable=LOCAL_CONFIG_VARIABLE,
+        origin=f"the local file {local_config}",
+        frame=(f"{CLUSTER_KEY} in {local_config} is refused: ", ""),
+    )
 
 
 def default_blacklist() -> tuple[IPNetwork, ...]:
@@ -255,7 +324,7 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
             r.errors.append(ConfigError("GORGE_WEBHOOK_OUTBOUND_BLACKLIST", str(exc)))
 
     silent = r.boolean("GORGE_WEBHOOK_SILENT", None)
-    local_config = r.raw("GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG") or ""
+    local_config = r.raw(LOCAL_CONFIG_VARIABLE) or ""
     base_uri = r.raw("GORGE_WEBHOOK_PHORGE_BASE_URI") or None
     if base_uri is not None and not re.match(r"^https?://[^\s/?#]+", base_uri):
         r.errors.append(
@@ -275,11 +344,8 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         r.errors.append(ConfigError("GORGE_WEBHOOK_DELIVERY_ID_HOOKS", str(exc)))
         delivery_id_hooks = DELIVERY_ID_OFF
 
-    cluster: ClusterDatabases | None = None
-    master_urls: dict[str, str] = {}
-    cluster_errors: list[ConfigError] = []
-    if raw_cluster := r.raw(CLUSTER_VARIABLE):
-        cluster, master_urls, cluster_errors = _cluster(raw_cluster, url)
+    raw_cluster = r.raw(CLUSTER_VARIABLE) or ""
+    cluster, master_urls, cluster_errors = _configured_cluster(raw_cluster, local_config, url)
     r.errors.extend(cluster_errors)
 
     replica_url = r.raw("GORGE_WEBHOOK_REPLICA_DATABASE_URL") or ""
@@ -321,5 +387,6 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         phorge_database_url=url,
         errors=tuple(r.errors),
         master_urls=master_urls,
+        master_variable=CLUSTER_VARIABLE if raw_cluster else LOCAL_CONFIG_VARIABLE,
         replica_url=replica_url,
     )

@@ -96,6 +96,10 @@ def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = T
             f"GRANT SELECT ON {qualified(namespace, 'worker', 'worker_activetask')} TO {account};",
             f"GRANT SELECT ON {qualified(namespace, 'worker', 'worker_archivetask')} TO {account};",
         ]
+        lines.append(
+            "-- The object tables below also give the objects their names on the pages and in the admin (T123, "
+            "D45, ...); a commit's name needs the repository table (REPO) too."
+        )
         granted = {qualified(namespace, "herald", "herald_webhook")}
         for phid_type, tables in OBJECT_TABLES.items():
             objects = qualified(namespace, tables.object_app, tables.object_table)

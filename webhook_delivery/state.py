@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Required, TypedDict, cast, get_args
+from typing import Any, Literal, NotRequired, Required, TypedDict, cast, get_args
 
 PhpState = Literal["idle", "active", "recent", "unknown"]
 
@@ -92,3 +92,5 @@ class WorkerState(TypedDict):
     stopping: bool
     php_worker: PhpDeliveryState
     delivery_paused: str | None  # why the worker delivers nothing (Phorge's silent mode unknown)
+    phorge_now: int  # Phorge's database clock at this beat, as the worker estimates it
+    stopped: NotRequired[str]  # the last beat: "clean" (SIGTERM, or the end of --once) or "error"

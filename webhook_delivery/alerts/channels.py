@@ -33,7 +33,7 @@ def send_chat(config: AlertConfig, subject: str, body: str) -> None:
     timeout = config.channel_timeout_sec
     try:
         response = requests.post(
-            config.chat_url, json={"text": f"{subject}\n{body}"}, timeout=(timeout, timeout), allow_redirects=False
+            config.chat_url, json={"text": body}, timeout=(timeout, timeout), allow_redirects=False
         )
     except requests.RequestException as exc:
         raise ChannelError(type(exc).__name__) from None

@@ -24,6 +24,7 @@ class AlertConfig:
     worker_dead_sec: float = 30.0
     interval_sec: float = 30.0
     channel_timeout_sec: float = 10.0
+    php_hold_sec: float = 60.0  # Phorge's PHP worker seen delivering this long before it is told (and clear as long)
     in_worker: bool = False
     loss_margin_sec: int = 3600  # queued requests this close to collection are remembered, to notice their loss
     # Django's EMAIL_* settings from EMAIL_URL (django-environ's email_url); empty: Django's defaults.
@@ -92,6 +93,7 @@ def load_alert_config(environ: Mapping[str, str]) -> tuple[AlertConfig, list[Con
         worker_dead_sec=_number(environ, "GORGE_ALERT_WORKER_DEAD_SEC", 30.0, 1.0, errors),
         interval_sec=_number(environ, "GORGE_ALERT_INTERVAL_SEC", 30.0, 1.0, errors),
         channel_timeout_sec=_number(environ, "GORGE_ALERT_CHANNEL_TIMEOUT_SEC", 10.0, 1.0, errors),
+        php_hold_sec=_number(environ, "GORGE_ALERT_PHP_HOLD_SEC", 60.0, 1.0, errors),
         in_worker=in_worker,
         email_settings=email_settings,
     )

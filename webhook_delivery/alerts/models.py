@@ -23,6 +23,10 @@ class AlertCondition(models.Model):
     entered_at = models.DateTimeField()  # when a watcher recorded it
     recovered_at = models.DateTimeField(null=True, blank=True)
     observed_epoch = models.BigIntegerField(default=0)  # Phorge's clock at the newest observation applied
+    # Phorge's clock when it was first seen, while it has not held long enough to be told (episode not begun)
+    pending_since = models.BigIntegerField(null=True, blank=True)
+    # Phorge's clock when an active condition was first seen clear, while it has not been clear long enough
+    clear_since = models.BigIntegerField(null=True, blank=True)
     summary = models.TextField(blank=True)
     detail = models.JSONField(default=dict, blank=True)
 
@@ -42,6 +46,7 @@ class AlertNotification(models.Model):
     transition = models.CharField(max_length=16)  # entered, recovered, or event (a loss)
     kind = models.CharField(max_length=32)
     channel = models.CharField(max_length=16)
+    subject = models.CharField(max_length=200, blank=True)  # one line: a lone notification's e-mail subject
     text = models.TextField()
     created_at = models.DateTimeField()
     sent_at = models.DateTimeField(null=True, blank=True)

@@ -20,66 +20,35 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connections, transaction
-from django.db.models import F, Min, Q
+from django.db.models import F, Q
 
 from ..config import PHORGE_ALIAS, DeliveryConfig
-from ..phorge.config import REQUEST_RETENTION_SEC
-from ..records import heartbeat
 from ..records.models import DeliveryAttempt
-from ..web import phorge_status, selectors
-from ..web.health import HookHealth, QueueHealth
+from ..web import selectors
+from ..web.health import QueueHealth
 from ..web.replica import on_master
-from . import metrics
+from . import messages, metrics
 from .channels import SENDERS, ChannelError
+from .conditions import CONDITIONS, Database, Observation, Pass, Remembered
 from .config import AlertConfig
+from .messages import PREFIX, HookRef, Message
 from .models import AlertChannel, AlertCondition, AlertNotification, HookLoss, WatchedRequest
 
 logger = logging.getLogger(__name__)
 
-DIGEST_LINES = 200  # a digest lists at most this many entries, then how many more there are
 WATCH_LIMIT = 10_000  # queued requests near collection remembered per pass
 LOSS_TOLERANCE_SEC = 300  # Phorge's collector runs on its host's clock, ours on the database's
-LOST_PHIDS_SHOWN = 10
 
 
 def _dt(epoch: int | float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
-
-
-def _when(epoch: int | float | None) -> str:
-    return "never" if not epoch else _dt(epoch).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    if seconds < 172_800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
-
-
-@dataclass(frozen=True)
-class Observation:
-    """A condition that holds now. `sustain`: it only keeps an active condition active (hysteresis)."""
-
-    key: str
-    kind: str
-    since: int
-    summary: str
-    hook_phid: str = ""
-    hook_name: str = ""
-    sustain: bool = False
-    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -97,7 +66,8 @@ class Evaluation:
     now: int
     observations: dict[str, Observation]
     kinds: set[str]  # kinds evaluated this pass: only those may recover
-    health: QueueHealth | None = None
+    health: QueueHealth | None
+    facts: Pass
     losses: list[Loss] = field(default_factory=list)
 
 
@@ -125,7 +95,9 @@ class Watcher:
         delivery: DeliveryConfig | None = None,
         *,
         owner: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self.clock = clock  # the host's clock, beside Phorge's: for the heartbeats' ages
         self.config: AlertConfig = config or settings.GORGE_ALERT
         self.delivery: DeliveryConfig = delivery or settings.GORGE_WEBHOOK
         self.owner = owner or f"{socket.gethostname()[:150]}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -181,186 +153,34 @@ class Watcher:
     # -- conditions ----------------------------------------------------------------------------------
 
     def evaluate(self) -> Evaluation:
+        host_now = datetime.fromtimestamp(self.clock(), UTC)
         try:
-            health = selectors.queue_health(self.delivery)
+            health: QueueHealth | None = selectors.queue_health(self.delivery)
         except DatabaseError as exc:
-            now = int(datetime.now(UTC).timestamp())
-            summary = (
-                f"Phorge's herald database is unreachable from the alert watcher ({type(exc).__name__}): "
-                "nothing is delivered and no other condition can be checked"
-            )
-            return Evaluation(now, {"database": Observation("database", "database", now, summary)}, {"database"})
-        now = health.now
+            health = None
+            error = type(exc).__name__
+        facts = Pass(
+            health.now if health is not None else int(host_now.timestamp()),
+            health,
+            self.config,
+            self.delivery,
+            host_now,
+        )
+        if health is None:
+            facts.error = error
+            kinds = {Database.kind}
+        else:
+            kinds = set(CONDITIONS)
         found: dict[str, Observation] = {}
-        kinds = {"database", "receiver", "no_worker", "php_delivery", "stalled", "collection"}
-        for observation in self._receivers(health):
-            found[observation.key] = observation
-        resolved = phorge_status.phorge_settings()
-        retention = REQUEST_RETENTION_SEC if resolved is None else resolved.retention.value
-        losses: list[Loss] = []
-        if retention is not None:
-            for observation in self._collection(health, retention):
+        for kind in kinds:
+            for observation in CONDITIONS[kind].observe(facts):
                 found[observation.key] = observation
-            losses = self._losses(health, retention)
-        for single in (self._no_worker(health), self._php(), self._stalled(health)):
-            if single is not None:
-                found[single.key] = single
-        return Evaluation(now, found, kinds, health, losses)
-
-    def _links(self, phid: str, hook_id: int) -> str:
-        links = []
-        if self.config.site_url:
-            links.append(f"{self.config.site_url}/hooks/{phid}/")
-        base = phorge_status.phorge_base_uri()
-        if base and hook_id:
-            links.append(f"{base.rstrip('/')}/herald/webhook/view/{hook_id}/")
-        return "".join(f"\n    {link}" for link in links)
-
-    def _hook(self, hook: HookHealth) -> str:
-        return f"hook {hook.name!r} ({hook.phid})"
-
-    def _receivers(self, health: QueueHealth) -> Iterable[Observation]:
-        troubled = [hook for hook in health.hooks if hook.state in ("failing", "backoff")]
-        if not troubled:
-            return []
-        since = self._failing_since(troubled)
-        errors = self._last_errors(troubled)
-        found = []
-        for hook in troubled:
-            start = since.get(hook.phid) or hook.last_failed_attempt or health.now
-            failing_for = health.now - start
-            error = errors.get(hook.phid)
-            what = (
-                f"is in Phorge's breaker backoff ({hook.window_failures} failed attempts in the last "
-                f"{health.error_window_sec} s, threshold {health.error_threshold})"
-                if hook.in_backoff
-                else "has been failing"
-            )
-            summary = (
-                f"{self._hook(hook)} {what}; failing since {_when(start)} ({_duration(failing_for)}), "
-                f"last success {_when(hook.last_success)}; last error {error or 'unknown'}; "
-                f"{hook.queued} queued, {hook.due} due, {hook.failed} failed"
-            ) + self._links(hook.phid, hook.id)
-            found.append(
-                Observation(
-                    key=f"receiver:{hook.phid}",
-                    kind="receiver",
-                    since=start,
-                    summary=summary,
-                    hook_phid=hook.phid,
-                    hook_name=hook.name,
-                    sustain=not hook.in_backoff and failing_for < self.config.failing_sec,
-                    detail={"hook_id": hook.id, "error": error or ""},
-                )
-            )
-        return found
-
-    def _failing_since(self, hooks: list[HookHealth]) -> dict[str, int]:
-        """The first failed attempt after each hook's last success: Phorge's rows (through key_ratelimit,
-        one range per hook) and this service's attempt log, whichever remembers earlier."""
-        since = selectors.first_failures({hook.phid: hook.last_success or 0 for hook in hooks})
-        logged = Q()
-        for hook in hooks:
-            logged |= Q(hook_phid=hook.phid, result="fail", started_at__gt=_dt(hook.last_success or 0))
-        try:
-            for row in DeliveryAttempt.objects.filter(logged).values("hook_phid").annotate(first=Min("started_at")):
-                epoch = int(row["first"].timestamp())
-                since[row["hook_phid"]] = min(since.get(row["hook_phid"], epoch), epoch)
-        except DatabaseError:
-            pass  # the attempt log is a help here, not a need
-        return since
-
-    def _last_errors(self, hooks: list[HookHealth]) -> dict[str, str]:
-        """errorType/errorCode of each hook's newest failed attempt (one query)."""
-        errors = selectors.last_errors([hook.phid for hook in hooks])
-        return {phid: f"{kind}/{code}" for phid, (kind, code) in errors.items()}
-
-    def _collection(self, health: QueueHealth, retention: int) -> Iterable[Observation]:
-        holding = [hook for hook in health.hooks if hook.queued]
-        if not holding:
-            return []
-        by_phid = {hook.phid: hook for hook in holding}
-        edge = health.now - retention + int(self.config.gc_warning_sec)
-        found = []
-        for near in selectors.near_collection(list(by_phid), edge):
-            hook, count, oldest = by_phid[near.hook_phid], near.requests, near.oldest
-            deadline = oldest + retention
-            left = deadline - health.now
-            hours = round(left / 3600)
-            when = (
-                f"in {hours} hour{'s' if hours != 1 else ''}"
-                if left >= 3600
-                else f"in {_duration(left)}"
-                if left > 0
-                else "at Phorge's next garbage collection"
-            )
-            summary = (
-                f"{count} requests to {self._hook(hook)} will be deleted by Phorge {when} unless delivered "
-                f"(oldest queued since {_when(oldest)}, kept {_duration(retention)} by phd.garbage-collection)"
-            ) + self._links(hook.phid, hook.id)
-            found.append(
-                Observation(
-                    key=f"collection:{hook.phid}",
-                    kind="collection",
-                    since=oldest + retention - int(self.config.gc_warning_sec),
-                    summary=summary,
-                    hook_phid=hook.phid,
-                    hook_name=hook.name,
-                    detail={"count": count, "deadline": deadline, "hook_id": hook.id},
-                )
-            )
-        return found
-
-    def _no_worker(self, health: QueueHealth) -> Observation | None:
-        due = health.due_now - health.due_held
-        oldest = min((h.oldest_due_since for h in health.hooks if not h.held and h.oldest_due_since), default=None)
-        if due <= 0 or oldest is None or health.now - oldest < self.config.worker_dead_sec:
-            return None  # due for less than the heartbeat threshold: a starting worker has not reported yet
-        now = datetime.now(UTC)
-        beats = heartbeat.workers(now)
-        threshold = timedelta(seconds=self.config.worker_dead_sec)
-        if any(now - beat.last_seen <= threshold and not beat.stopping for beat in beats):
-            return None
-        last = max((beat.last_seen for beat in beats), default=None)
-        seen = (
-            "no worker has reported in the last day"
-            if last is None
-            else (f"the last heartbeat is {_duration((now - last).total_seconds())} old")
-        )
-        since = int(last.timestamp()) if last is not None else (oldest or health.now)
-        summary = (
-            f"No deliver_webhooks worker is alive ({seen}) while {due} requests are due "
-            f"(oldest due since {_when(oldest)})"
-        )
-        return Observation("no_worker", "no_worker", since, summary, detail={"due": due})
-
-    def _php(self) -> Observation | None:
-        state = phorge_status.php_delivery_state()
-        if state.state != "active":
-            return None
-        now = int(datetime.now(UTC).timestamp())
-        tasks = state.active_tasks
-        summary = (
-            "Phorge's own PHP worker (HeraldWebhookWorker) is delivering beside this service"
-            + (f" ({tasks} active tasks)" if tasks is not None else "")
-            + ": stop PHP delivery (README, Taking over from Phorge's PHP delivery)"
-        )
-        return Observation("php_delivery", "php_delivery", int(state.last_delivery or now), summary)
-
-    def _stalled(self, health: QueueHealth) -> Observation | None:
-        if health.lag_state != "stalled":
-            return None
-        age = health.oldest_due_age or 0
-        summary = (
-            f"Delivery is stalled: the oldest due request has waited {_duration(age)} "
-            f"(stalled beyond {_duration(health.thresholds.stalled_after)}); "
-            f"{health.due_now - health.due_held} requests due"
-        )
-        return Observation("stalled", "stalled", health.now - age, summary, detail={"age": age})
+        losses = self._losses(health, facts.retention) if health is not None and facts.retention is not None else []
+        return Evaluation(facts.now, found, kinds, health, facts, losses)
 
     # -- recording transitions, once ----------------------------------------------------------------
 
-    def _notify(self, key: str, kind: str, episode: int, transition: str, line: str) -> None:
+    def _notify(self, key: str, kind: str, episode: int, transition: str, said: Message) -> None:
         now = datetime.now(UTC)
         for channel in self.config.channels:
             try:
@@ -371,28 +191,43 @@ class Watcher:
                         transition=transition,
                         kind=kind,
                         channel=channel,
-                        text=line,
+                        subject=said.subject,
+                        text=said.text(transition),
                         created_at=now,
                     )
             except IntegrityError:
                 pass  # already recorded: the unique key is the last line of de-duplication
 
     def _record(self, evaluation: Evaluation, result: TickResult) -> None:
+        """Each condition's start and end, won by one watcher: a start once it has held its hold time, an
+        end once it has been clear as long (`pending_since` and `clear_since` remember since when)."""
         now, observed = evaluation.now, evaluation.observations
         now_dt = datetime.now(UTC)
-        rows = {row.key: row for row in AlertCondition.objects.filter(Q(active=True) | Q(key__in=list(observed)))}
+        rows = {
+            row.key: row
+            for row in AlertCondition.objects.filter(
+                Q(active=True) | Q(key__in=list(observed)) | Q(pending_since__isnull=False)
+            )
+        }
         for key, obs in observed.items():
             row = rows.get(key)
             fields = {
-                "summary": obs.summary,
+                "summary": obs.message.body,
                 "detail": obs.detail,
                 "hook_name": obs.hook_name,
                 "observed_epoch": now,
             }
             if row is not None and row.active:
-                AlertCondition.objects.filter(pk=row.pk, active=True, observed_epoch__lte=now).update(**fields)
+                AlertCondition.objects.filter(pk=row.pk, active=True, observed_epoch__lte=now).update(
+                    clear_since=None, **fields
+                )
                 continue
             if obs.sustain:
+                continue
+            hold = CONDITIONS[obs.kind].hold_sec(self.config)
+            pending = row.pending_since if row is not None else None
+            if hold > 0 and (pending is None or now - pending < hold):
+                self._pending(row, obs, now, now_dt, fields)
                 continue
             if row is None:
                 try:
@@ -419,54 +254,79 @@ class Watcher:
                     since=_dt(obs.since),
                     entered_at=now_dt,
                     recovered_at=None,
+                    pending_since=None,
+                    clear_since=None,
                     **fields,
                 )
                 if not won:
                     continue
                 episode = row.episode + 1
-            self._notify(key, obs.kind, episode, "entered", f"ALERT      {obs.summary}")
+            self._notify(key, obs.kind, episode, "entered", obs.message)
             result.entered.append(key)
-            logger.warning("alert: %s", obs.summary.split("\n", 1)[0], extra={"alert": key})
+            logger.warning(
+                "alert: %s", obs.message.subject.removeprefix(PREFIX), extra={"event": "alert.entered", "alert": key}
+            )
         for row in rows.values():
-            if not row.active or row.key in observed or row.kind not in evaluation.kinds:
+            if row.key in observed or row.kind not in evaluation.kinds:
+                continue
+            if not row.active:
+                if row.pending_since is not None:  # it did not hold long enough: start counting again next time
+                    AlertCondition.objects.filter(pk=row.pk, active=False, pending_since=row.pending_since).update(
+                        pending_since=None
+                    )
+                continue
+            hold = CONDITIONS[row.kind].hold_sec(self.config) if row.kind in CONDITIONS else 0.0
+            if hold > 0 and (row.clear_since is None or now - row.clear_since < hold):
+                if row.clear_since is None:
+                    AlertCondition.objects.filter(pk=row.pk, active=True, clear_since__isnull=True).update(
+                        clear_since=now
+                    )
                 continue
             won = AlertCondition.objects.filter(
                 pk=row.pk, active=True, episode=row.episode, observed_epoch__lt=now
-            ).update(active=False, recovered_at=now_dt, observed_epoch=now)
+            ).update(active=False, recovered_at=now_dt, observed_epoch=now, clear_since=None)
             if not won:
                 continue
-            line = f"RECOVERED  {self._recovery(row, evaluation)}"
-            self._notify(row.key, row.kind, row.episode, "recovered", line)
+            said = self._ended(row, evaluation)
+            self._notify(row.key, row.kind, row.episode, "recovered", said)
             result.recovered.append(row.key)
             logger.info(
-                "alert recovered: %s", line.split("\n", 1)[0].removeprefix("RECOVERED  "), extra={"alert": row.key}
+                "alert recovered: %s",
+                said.subject.removeprefix(PREFIX),
+                extra={"event": "alert.recovered", "alert": row.key},
             )
 
-    def _recovery(self, row: AlertCondition, evaluation: Evaluation) -> str:
-        lasted = _duration(evaluation.now - row.since.timestamp())
-        hook = (
-            next((h for h in evaluation.health.hooks if h.phid == row.hook_phid), None) if evaluation.health else None
-        )
-        name = f"hook {row.hook_name!r} ({row.hook_phid})" if row.hook_phid else ""
-        links = self._links(row.hook_phid, hook.id if hook else int(row.detail.get("hook_id") or 0)) if name else ""
-        if row.kind == "receiver":
-            if hook is None:
-                return f"{name} no longer exists (it was failing for {lasted})"
-            return (
-                f"{name} delivers again (last success {_when(hook.last_success)}, "
-                f"was failing since {_when(row.since.timestamp())}, {lasted}); {hook.queued} queued"
-            ) + links
-        if row.kind == "collection":
-            return f"{name}: no queued request is close to Phorge's collection any more" + links
-        if row.kind == "no_worker":
-            return "A deliver_webhooks worker is alive again, or nothing is due any more" + f" (after {lasted})"
-        if row.kind == "php_delivery":
-            return "Phorge's PHP worker no longer delivers webhooks beside this service"
-        if row.kind == "stalled":
-            return f"Delivery is no longer stalled (after {lasted})"
-        if row.kind == "database":
-            return f"Phorge's herald database answers the alert watcher again (after {lasted})"
-        return f"{row.key} ended after {lasted}"
+    @staticmethod
+    def _pending(
+        row: AlertCondition | None, obs: Observation, now: int, now_dt: datetime, fields: dict[str, Any]
+    ) -> None:
+        """Remember since when a condition holds, without telling anyone yet."""
+        if row is None:
+            try:
+                with transaction.atomic():
+                    AlertCondition.objects.create(
+                        key=obs.key,
+                        kind=obs.kind,
+                        hook_phid=obs.hook_phid,
+                        active=False,
+                        episode=0,
+                        since=_dt(obs.since),
+                        entered_at=now_dt,
+                        pending_since=now,
+                        **fields,
+                    )
+            except IntegrityError:
+                pass  # another watcher remembered it first
+        elif row.pending_since is None:
+            AlertCondition.objects.filter(pk=row.pk, active=False, pending_since__isnull=True).update(pending_since=now)
+
+    def _ended(self, row: AlertCondition, evaluation: Evaluation) -> Message:
+        detail = row.detail if isinstance(row.detail, dict) else {}
+        remembered = Remembered(row.key, row.hook_phid, row.hook_name, int(row.since.timestamp()), detail)
+        condition = CONDITIONS.get(row.kind)
+        if condition is None:  # a kind an older version recorded
+            return messages.message(f"{row.kind} ended", [f"{row.key} ended."])
+        return condition.ended(remembered, evaluation.facts)
 
     # -- requests lost to Phorge's collection --------------------------------------------------------
 
@@ -548,21 +408,22 @@ class Watcher:
             total = HookLoss.objects.get(hook_phid=loss.hook_phid).lost_total
             metrics.REQUESTS_LOST.inc(count)
             result.lost += count
-            shown = ", ".join(loss.request_phids[:LOST_PHIDS_SHOWN])
-            more = f" and {count - LOST_PHIDS_SHOWN} more" if count > LOST_PHIDS_SHOWN else ""
             hook_id = (
                 next((h.id for h in evaluation.health.hooks if h.phid == loss.hook_phid), 0) if evaluation.health else 0
             )
-            line = (
-                f"LOST       {count} queued requests to hook {loss.hook_name!r} ({loss.hook_phid}) were deleted by "
-                f"Phorge's garbage collection before they were delivered (created {_when(loss.oldest)}"
-                + (f" to {_when(loss.newest)}" if loss.newest != loss.oldest else "")
-                + f"): {shown}{more}; {total} lost in all for this hook"
-            ) + self._links(loss.hook_phid, hook_id)
-            self._notify(f"lost:{loss.hook_phid}:{loss.first_id}", "lost", 0, "event", line)
+            facts = messages.Lost(
+                HookRef(loss.hook_phid, loss.hook_name, hook_id),
+                evaluation.now,
+                loss.request_phids,
+                loss.oldest,
+                loss.newest,
+                total,
+            )
+            said = messages.lost(facts, evaluation.facts.links)
+            self._notify(f"lost:{loss.hook_phid}:{loss.first_id}", "lost", 0, "event", said)
             logger.error(
                 "queued requests deleted by Phorge's garbage collection before delivery",
-                extra={"hook": loss.hook_phid, "count": count, "lost_total": total},
+                extra={"event": "alert.lost", "hook": loss.hook_phid, "count": count, "lost_total": total},
             )
 
     def _update_gauges(self) -> None:
@@ -677,27 +538,6 @@ class Watcher:
 
 
 def digest(notes: list[AlertNotification]) -> tuple[str, str]:
-    """One message for every pending line of a channel: (subject, body)."""
-    entered = sum(1 for note in notes if note.transition == "entered")
-    recovered = sum(1 for note in notes if note.transition == "recovered")
-    lost = sum(1 for note in notes if note.transition == "event")
-    parts = [
-        f"{entered} new" if entered else "",
-        f"{recovered} recovered" if recovered else "",
-        f"{lost} lost" if lost else "",
-    ]
-    counted = ", ".join(part for part in parts if part)
-    if len(notes) == 1:
-        subject = (
-            "[gorge-webhook] "
-            + notes[0].text.split("\n", 1)[0].split(None, 1)[0]
-            + ": "
-            + (notes[0].text.split("\n", 1)[0].split(None, 1)[1][:150])
-        )
-    else:
-        subject = f"[gorge-webhook] alerts: {counted}"
-    lines = [note.text for note in notes[:DIGEST_LINES]]
-    if len(notes) > DIGEST_LINES:
-        lines.append(f"... and {len(notes) - DIGEST_LINES} more (see the dashboard)")
-    body = f"gorge-webhook alerts ({counted}):\n\n" + "\n\n".join(lines) + "\n"
-    return subject, body
+    """One message for every pending notification of a channel: (subject, body)."""
+    said = messages.digest([messages.Note(note.transition, note.subject, note.text) for note in notes])
+    return said.subject, said.body

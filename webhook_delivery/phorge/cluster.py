@@ -1,7 +1,7 @@
 """Phorge's `cluster.databases` (PhabricatorDatabaseRefParser, PhabricatorDatabaseRef): its validation, and
 which master serves an application, as Phorge resolves it. Pure: the value comes from `hoststate`
 (databases.py) as `bin/storage partition` wrote it, passwords left out, or from
-GORGE_WEBHOOK_CLUSTER_DATABASES (config.py), which may name a user and password per host.
+GORGE_WEBHOOK_CLUSTER_DATABASES or Phorge's local file (config.py), which may name a user and password per host.
 """
 
 from __future__ import annotations
@@ -60,6 +60,13 @@ class ClusterDatabases:
     """A parsed `cluster.databases`: the refs in their configured order."""
 
     refs: tuple[DatabaseRef, ...]
+    origin: str = field(default="", compare=False)  # where it was read, for the log and the warnings
+
+    def same_entries(self, other: ClusterDatabases) -> bool:
+        """The same hosts, roles and partitions, and the same logins: nothing to reconnect."""
+        return [(ref, ref.user, ref.password) for ref in self.refs] == [
+            (ref, ref.user, ref.password) for ref in other.refs
+        ]
 
     def enabled_masters(self) -> list[DatabaseRef]:
         return [ref for ref in self.refs if ref.is_master and not ref.disabled]

@@ -20,7 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from ..config import DeliveryConfig, IPNetwork, parse_blacklist
+from ..config import (
+    CLUSTER_KEY,
+    FROM_CLUSTER_VARIABLE,
+    DeliveryConfig,
+    IPNetwork,
+    local_cluster_value,
+    parse_blacklist,
+    read_local_file,
+)
+from .cluster import ClusterError, parse_cluster_databases
 from .databases import (
     CACHE_SEC,
     ConnectionSource,
@@ -43,7 +52,6 @@ COLLECTION = "phd.garbage-collection"
 SETTING_KEYS = (SILENT, BLACKLIST, BASE_URI, COLLECTION)
 REQUEST_RETENTION_SEC = 7 * 86400  # Phorge's default for herald.webhooks in phd.garbage-collection
 LOCAL_FILE_RECHECK_SEC = 1.0
-LOCAL_FILE_MAX_BYTES = 4 * 1024 * 1024  # far above any real local.json; a bigger file is not Phorge's
 
 Source = Literal["variable", "local file", "database", "Phorge's default", "unknown"]
 T = TypeVar("T")
@@ -84,7 +92,10 @@ class Resolved(Generic[T]):
     where: str
 
     def describe(self) -> str:
-        return f"{self.source} ({self.where})" if self.where else self.source
+        """Where it came from; for a default, only that (PhorgeConfig.looked says once where it was looked for)."""
+        if self.source == "Phorge's default" or not self.where:
+            return self.source
+        return f"{self.source} ({self.where})"
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,15 @@ class PhorgeConfig:
     blacklist: Resolved[tuple[IPNetwork, ...]]
     base_uri: Resolved[str | None]
     retention: Resolved[int | None]
+    looked: str = ""  # where a setting left at Phorge's default was looked for, and why not found
+
+    @property
+    def defaults_looked(self) -> str:
+        """Where the settings left at Phorge's default were looked for; empty when none is."""
+        at_default = any(
+            where.source == "Phorge's default" for where in (self.silent, self.blacklist, self.base_uri, self.retention)
+        )
+        return self.looked if at_default else ""
 
     @property
     def silent_unknown(self) -> bool:
@@ -204,7 +224,7 @@ def resolve(
         retention = Resolved(request_retention({COLLECTION: found[2]}), found[0], found[1])
     else:
         retention = Resolved(REQUEST_RETENTION_SEC, "Phorge's default", nowhere)
-    return PhorgeConfig(silent=silent, blacklist=blacklist, base_uri=base_uri, retention=retention)
+    return PhorgeConfig(silent=silent, blacklist=blacklist, base_uri=base_uri, retention=retention, looked=nowhere)
 
 
 def _networks(value: Any) -> tuple[IPNetwork, ...] | None:
@@ -244,26 +264,9 @@ class LocalConfigFile:
                 return self._read
             stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
             if stamp != self._stamp or self._read.values is None:
-                self._stamp, self._read = stamp, self._load(info.st_size)
+                values, problem = read_local_file(self.path)
+                self._stamp, self._read = stamp, LocalRead(self.path, values, problem)
             return self._read
-
-    def _load(self, size: int) -> LocalRead:
-        if size > LOCAL_FILE_MAX_BYTES:
-            return LocalRead(self.path, None, f"larger than {LOCAL_FILE_MAX_BYTES} bytes")
-        try:
-            with open(self.path, "rb") as handle:
-                data = handle.read(LOCAL_FILE_MAX_BYTES + 1)
-        except OSError as exc:
-            return LocalRead(self.path, None, exc.strerror or type(exc).__name__)
-        try:
-            values = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            return LocalRead(self.path, None, "not valid JSON")
-        if values == []:
-            values = {}
-        if not isinstance(values, dict):
-            return LocalRead(self.path, None, "not a JSON object of option to value")
-        return LocalRead(self.path, values)
 
 
 class ConfigDatabase:
@@ -357,8 +360,9 @@ class ConfigDatabase:
 
 class PhorgeSettings:
     """The settings in force, from every source, resolved afresh whenever a source changed (the file is
-    checked at most once a second, the database every few seconds). Logs each setting's value and source the first
-    time and whenever either changes. `current()` raises django.db.DatabaseError in an outage.
+    checked at most once a second, the database every few seconds). Logs each setting's value and source, and the
+    partition map in force with its origin, the first time and whenever either changes. `current()` raises
+    django.db.DatabaseError in an outage.
     """
 
     def __init__(
@@ -376,6 +380,8 @@ class PhorgeSettings:
         self._lock = threading.Lock()
         self._cached: tuple[tuple[LocalRead | None, dict[str, Any] | None], PhorgeConfig] | None = None
         self._reported: dict[str, tuple[str, str]] = {}
+        self._map_checked: LocalRead | None = None
+        self._map_change_said = False
 
     def current(self) -> PhorgeConfig:
         local = None if self.local is None else self.local.read()
@@ -384,8 +390,9 @@ class PhorgeSettings:
         if cached is not None and cached[0][0] is local and cached[0][1] is database:
             return cached[1]  # both sources hand back the same objects until they change
         resolved = resolve(self.config, local, database, self.database.table)
-        self._cached = ((local, database), resolved)
         self._report(resolved)
+        self._report_map(local)  # before caching: after an outage here the next call says it again
+        self._cached = ((local, database), resolved)
         return resolved
 
     def silent(self) -> bool | None:
@@ -398,6 +405,10 @@ class PhorgeSettings:
 
     def _report(self, resolved: PhorgeConfig) -> None:
         with self._lock:
+            looked = resolved.defaults_looked
+            if looked and self._reported.get("looked") != (looked, ""):
+                self._reported["looked"] = (looked, "")
+                logger.info(f"Phorge settings at Phorge's default: {looked}", extra={"event": "settings.looked"})
             for option, shown, where in resolved.summary():
                 line = (shown, where.describe())
                 if self._reported.get(option) != line:
@@ -406,3 +417,41 @@ class PhorgeSettings:
                         f"Phorge setting in force: {option} = {shown}, from {where.describe()}",
                         extra={"option": option, "source": where.source},
                     )
+
+    def _report_map(self, local: LocalRead | None) -> None:
+        """The partition map in force and where it came from, like the settings; and once, that the local
+        file's cluster.databases no longer is the map read at start, which the masters' connections were made
+        from: it takes effect at restart."""
+        in_force = self.database.partitions.current().in_force()
+        changed = False
+        if local is not self._map_checked and not self._map_change_said:
+            self._map_checked = local
+            changed = local is not None and local.values is not None and self._file_map_changed(local.values)
+        with self._lock:
+            if in_force is not None and self._reported.get(CLUSTER_KEY) != in_force:
+                self._reported[CLUSTER_KEY] = in_force
+                logger.info(
+                    f"Phorge setting in force: {CLUSTER_KEY} = {in_force[0]}, from {in_force[1]}",
+                    extra={"option": CLUSTER_KEY},
+                )
+            if changed and not self._map_change_said:
+                self._map_change_said = True
+                cluster = self.config.cluster
+                logger.warning(
+                    f"{CLUSTER_KEY} in {self.config.phorge_local_config} changed since start-up: the map read "
+                    f"then ({'none' if cluster is None else cluster.origin}) stays in force until the service "
+                    "restarts",
+                    extra={"option": CLUSTER_KEY},
+                )
+
+    def _file_map_changed(self, values: dict[str, Any]) -> bool:
+        cluster = self.config.cluster
+        if cluster is not None and cluster.origin == FROM_CLUSTER_VARIABLE:
+            return False  # the variable wins over the file, now as at start
+        value = local_cluster_value(values)
+        if value is None or cluster is None:
+            return (value is None) != (cluster is None)
+        try:
+            return not parse_cluster_databases(value).same_entries(cluster)
+        except ClusterError:
+            return True

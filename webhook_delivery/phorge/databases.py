@@ -9,8 +9,9 @@ as django.db.DatabaseError so the worker's outage handling keeps the request que
 Used by objects.py (objects and transactions), php_guard.py (Phorge's PHP worker) and
 config.py (Phorge's own settings). On a partitioned Phorge (`PartitionMap`, from `<ns>_meta_data.hoststate`)
 the tables of applications on another master are empty copies on herald's: `Masters` sends each read to
-its application's master when GORGE_WEBHOOK_CLUSTER_DATABASES says how to reach it, and otherwise the
-reader skips it. A master that does not answer raises MasterUnavailable: only what lives there waits.
+its application's master when GORGE_WEBHOOK_CLUSTER_DATABASES (or cluster.databases in Phorge's local file)
+says how to reach it, and otherwise the reader skips it. A master that does not answer raises
+MasterUnavailable: only what lives there waits.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from ..config import CLUSTER_VARIABLE, NAMESPACE_RE, PHORGE_ALIAS, master_alias
+from ..config import CLUSTER_KEY, CLUSTER_VARIABLE, LOCAL_CONFIG_VARIABLE, NAMESPACE_RE, PHORGE_ALIAS, master_alias
 from .cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases
 
 logger = logging.getLogger(__name__)
@@ -106,14 +107,15 @@ def _select(source: ConnectionSource, sql: str, params: Iterable[Any]) -> list[t
 @dataclass(frozen=True)
 class Placement:
     """Where Phorge's applications live, as herald's master records it. `cluster` is None when that is not
-    known (no hoststate row, no grant, and no GORGE_WEBHOOK_CLUSTER_DATABASES): every read is made on
-    herald's master, as on a single server. `problem` is set when a row is there but cannot be understood or
-    disagrees with the variable: then no other application is assumed to be on herald's master.
-    `reachable`: the other masters this service was told how to reach (the variable)."""
+    known (no hoststate row, no grant, and no map configured): every read is made on herald's master, as on
+    a single server. `problem` is set when a row is there but cannot be understood or disagrees with the
+    configured map: then no other application is assumed to be on herald's master. `reachable`: the other
+    masters this service was told how to reach (the configured map); `origin`: where `cluster` was read."""
 
     cluster: ClusterDatabases | None = None
     problem: str = ""
     reachable: frozenset[str] = frozenset()
+    origin: str = ""
 
     @property
     def partitioned(self) -> bool:
@@ -144,14 +146,27 @@ class Placement:
         others = self.cluster.others(skip=self.reachable)
         if not others:
             return None
+        origin = f"map from {self.origin}; " if self.origin else ""
         text = (
-            f"Phorge's databases are partitioned (herald on {home.ref_key if home else 'no master'}; masters "
-            f"this service cannot reach: {'; '.join(others)}; set {CLUSTER_VARIABLE}): lookups of applications "
-            "there are not made (stored transactions are sent unchecked, deleted objects are not detected)"
+            f"Phorge's databases are partitioned ({origin}herald on {home.ref_key if home else 'no master'}; "
+            f"masters this service cannot reach: {'; '.join(others)}; give their entries in {CLUSTER_VARIABLE} or "
+            f"in {CLUSTER_KEY} of the local file {LOCAL_CONFIG_VARIABLE} names): lookups of applications there "
+            "are not made (stored transactions are sent unchecked, deleted objects are not detected)"
         )
         if (locks := self.unreached("repository")) is not None:
             text += f"; {lock_warning(locks)}"
         return text
+
+    def in_force(self) -> tuple[str, str] | None:
+        """(which master serves what, where the map came from) for the start-up line; None when no map is
+        known, or it is unusable (the problem is logged where it is found)."""
+        if self.cluster is None or self.problem:
+            return None
+        home = self.cluster.master_for(HERALD)
+        others = self.cluster.others()
+        shown = f"herald on {home.ref_key if home else 'no master'}"
+        shown += f"; {'; '.join(others)}" if others else " (not partitioned)"
+        return shown, self.origin or "unknown"
 
 
 def lock_warning(master: str) -> str:
@@ -195,18 +210,21 @@ class PartitionMap:
 
     def _read(self) -> Placement:
         configured = self.configured
-        reachable = frozenset() if configured is None else frozenset(configured.reachable())
         recorded = self._recorded()
         if isinstance(recorded, Placement):
             return recorded
+        if configured is None:
+            return Placement(recorded, origin=self.table if recorded is not None else "")
+        reachable = frozenset(configured.reachable())
+        origin = configured.origin or "the configured map"
         if recorded is None:
-            return Placement(configured, reachable=reachable)
-        if configured is not None and configured.layout() != recorded.layout():
-            problem = f"{CLUSTER_VARIABLE} places the applications otherwise than {self.table}"
+            return Placement(configured, reachable=reachable, origin=origin)
+        if configured.layout() != recorded.layout():
+            problem = f"{origin} places the applications otherwise than {self.table}"
             if _MAP_LOG.first(f"disagree {self.table}"):
                 logger.error(f"{problem}: no lookup outside herald is made until they agree (Phorge refuses too)")
             return Placement(problem=problem)
-        return Placement(recorded, reachable=reachable)
+        return Placement(recorded, reachable=reachable, origin=f"{origin}, as in {self.table}")
 
     def _recorded(self) -> ClusterDatabases | Placement | None:
         """The map in hoststate; None when there is none to read; a Placement with the problem when unusable."""
@@ -215,7 +233,11 @@ class PartitionMap:
             rows = _select(self._connection, sql, [HOSTSTATE_KEY])
         except _NoAccessError as exc:
             if exc.code is not None and _MAP_LOG.first(f"unreadable {self.table}"):
-                known = f"{CLUSTER_VARIABLE} is used" if self.configured else "every lookup is made on herald's master"
+                known = (
+                    f"the map from {self.configured.origin or 'the configuration'} is used"
+                    if self.configured
+                    else "every lookup is made on herald's master"
+                )
                 logger.info(
                     f"cannot read {self.table} (no SELECT grant, or no such table): Phorge's own partition map is "
                     f"not known, and {known}",
@@ -237,8 +259,8 @@ _MAP_LOG = _OnceLog()
 
 
 def alias_source(ref_key: str) -> ConnectionSource | None:
-    """The calling thread's connection to another master, None when GORGE_WEBHOOK_CLUSTER_DATABASES does not
-    name it (settings.py makes an alias of each master it names)."""
+    """The calling thread's connection to another master, None when the configured map does not name it
+    (settings.py makes an alias of each master it names)."""
     alias = master_alias(ref_key)
     if alias not in connections.settings:
         return None

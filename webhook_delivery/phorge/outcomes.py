@@ -75,6 +75,26 @@ def http_status(error_code: object) -> int | None:
     return None
 
 
+def error_label(error_type: str, error_code: object) -> str:
+    """Phorge's wording for a stored errorType/errorCode pair (HeraldWebhookRequest's display names), the
+    one rendering of a stored error on pages, in the admin and in alerts."""
+    code = str(error_code)
+    if not error_type and not code:  # marked failed by the poison rule, properties left as stored
+        return "Unreadable request (left as stored)"
+    if error_type == HOOK_ERROR:
+        return f"Hook error: {hook_error_label(code)}"
+    if error_type == "timeout":
+        return f"Timeout ({code})"
+    if error_type == "http":
+        if is_success(error_type, code):
+            return f"HTTP {code} (success)"
+        if http_status(code) is not None:
+            return f"HTTP {code}"
+        reason = curl_error_label(code)
+        return f"cURL {code}: {reason}" if reason else f"cURL {code[:20]}"
+    return f"{error_type} {code}".strip()
+
+
 def is_success(error_type: str, error_code: object) -> bool:
     """Phorge files a success under errorType/errorCode too: http and a 2xx status."""
     status = http_status(error_code)

@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.auth.backends import ModelBackend
 from django.http import HttpRequest
 
+from . import events
 from .phorge import config
 
 logger = logging.getLogger("webhook_delivery.phorge_auth")
@@ -30,6 +31,11 @@ class LocalPasswordBackend(ModelBackend):
         if user is None:
             return None
         if not may_use_password(user):
-            logger.warning("password login refused for %s: only Phorge sign-in is allowed", user.get_username())
+            logger.warning(
+                "password login refused: only Phorge sign-in is allowed",
+                extra=events.about(
+                    events.LOCAL_LOGIN_REFUSED, user.get_username(), None, reason="not a break-glass account"
+                ),
+            )
             return None
         return user

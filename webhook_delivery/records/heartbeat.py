@@ -1,5 +1,9 @@
 """A worker's heartbeat row (default database): `Heartbeat` writes it, and its failures are logged and never
-stop delivery; `workers()` reads the rows back for the pages, the JSON health and the alerts."""
+stop delivery; `workers()` reads the rows back for the pages, the JSON health and the alerts.
+
+A worker that stops writes one last beat saying how (`stopped`: clean on SIGTERM or at the end of --once,
+error when its loop died), so a stop a minute ago reads apart from silence. Rows older than a week are
+pruned by the next worker to start."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 WORKER_ALIVE_SEC = 30
 WORKERS_SHOWN_FOR = timedelta(days=1)
+WORKERS_KEPT_FOR = timedelta(days=7)
 WORKER_ID_MAX = WorkerHeartbeat._meta.get_field("worker_id").max_length or 200
 
 
@@ -38,9 +43,13 @@ class Heartbeat:
         self.started_at = datetime.now(UTC)
         self.worker_id = worker_id(self.hostname, self.pid)
         self._failing = False
+        self._pruned = False
 
     def publish(self, state: WorkerState) -> None:
         try:
+            if not self._pruned:
+                WorkerHeartbeat.objects.filter(last_seen__lt=datetime.now(UTC) - WORKERS_KEPT_FOR).delete()
+                self._pruned = True
             WorkerHeartbeat.objects.update_or_create(
                 worker_id=self.worker_id,
                 defaults={
@@ -59,11 +68,9 @@ class Heartbeat:
                 logger.warning("cannot write the worker heartbeat to Django's database (DATABASE_URL)")
             self._failing = True
 
-    def retire(self) -> None:
-        try:
-            WorkerHeartbeat.objects.filter(worker_id=self.worker_id).delete()
-        except DatabaseError:
-            logger.warning("cannot remove the worker heartbeat")
+    def retire(self, state: WorkerState, *, clean: bool) -> None:
+        """The last beat: this process stopped, cleanly or not, at Phorge's clock `state["phorge_now"]`."""
+        self.publish({**state, "stopped": "clean" if clean else "error"})
 
 
 # -- reading the heartbeats back -------------------------------------------------------------------------
@@ -83,6 +90,8 @@ class WorkerStatus:
     tracked_queued: int
     database_down_for_sec: float | None
     stopping: bool
+    stopped: str | None  # "clean" or "error": the process's last beat said it stopped; None: running or silent
+    phorge_now: int | None  # Phorge's database clock at the beat, as the worker estimated it
     hooks_in_backoff: int
     hooks_misconfigured: int
     hooks_lock_busy: int
@@ -90,7 +99,16 @@ class WorkerStatus:
     counts: Mapping[str, int]
 
     @property
+    def last_heard(self) -> int:
+        """When the beat was written, on Phorge's database clock where the worker knew it."""
+        return self.phorge_now if self.phorge_now is not None else int(self.last_seen.timestamp())
+
+    @property
     def state(self) -> str:
+        if self.stopped == "clean":
+            return "stopped"
+        if self.stopped is not None:
+            return "exited"
         if not self.alive:
             return "stale"
         if self.database_down_for_sec is not None:
@@ -120,6 +138,8 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
         state = beat.state if isinstance(beat.state, dict) else {}
         counts = _count_map(state.get("counts"))
         down = state.get("database_down_for_sec")
+        stopped = state.get("stopped")
+        phorge_now = state.get("phorge_now")
         result.append(
             WorkerStatus(
                 worker_id=beat.worker_id,
@@ -128,12 +148,14 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
                 started_at=beat.started_at,
                 last_seen=beat.last_seen,
                 seen_ago_sec=max(0, int((now - beat.last_seen).total_seconds())),
-                alive=now - beat.last_seen <= timedelta(seconds=WORKER_ALIVE_SEC),
+                alive=stopped is None and now - beat.last_seen <= timedelta(seconds=WORKER_ALIVE_SEC),
                 max_concurrent=_int(state.get("max_concurrent")),
                 in_flight=_int(state.get("in_flight")),
                 tracked_queued=_int(state.get("tracked_queued")),
                 database_down_for_sec=float(down) if isinstance(down, (int, float)) else None,
                 stopping=bool(state.get("stopping")),
+                stopped=str(stopped) if stopped in ("clean", "error") else None,
+                phorge_now=phorge_now if isinstance(phorge_now, int) and not isinstance(phorge_now, bool) else None,
                 hooks_in_backoff=_size(state.get("hooks_in_backoff")),
                 hooks_misconfigured=_size(state.get("hooks_misconfigured")),
                 hooks_lock_busy=_size(state.get("hooks_lock_busy")),

@@ -9,35 +9,18 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString
 
+from .. import wording
+from ..phorge import outcomes
 from ..phorge.herald import utc
-from ..phorge.outcomes import HOOK_ERROR, curl_error_label, hook_error_label, http_status, is_success
 from ..web import links
 from ..web.history import DeliverySeries
 
 register = template.Library()
 
 
-@register.filter
-def duration(seconds: int | float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    if seconds < 90:
-        return f"{seconds} s"
-    if seconds < 90 * 60:
-        return f"{round(seconds / 60)} min"
-    if seconds < 48 * 3600:
-        return f"{round(seconds / 3600)} h"
-    return f"{round(seconds / 86400)} d"
-
-
-@register.filter
-def ago(epoch: int | None, now: int) -> str:
-    if not epoch:
-        return "never"
-    return f"{duration(max(0, now - epoch))} ago"
-
-
+register.filter("duration", wording.duration)
+register.filter("ago", wording.ago)
+register.filter("moment", wording.moment)
 register.filter("utc", utc)
 
 
@@ -70,22 +53,8 @@ def page_link(page: str, phid: object, label: object, code: bool = False) -> Saf
 
 @register.simple_tag
 def error_label(error_type: str, error_code: str) -> str:
-    """Phorge's wording for an errorType/errorCode pair (HeraldWebhookRequest display names)."""
-    code = str(error_code)
-    if not error_type and not code:  # marked failed by the poison rule, properties left as stored
-        return "Unreadable request (left as stored)"
-    if error_type == HOOK_ERROR:
-        return f"Hook error: {hook_error_label(code)}"
-    if error_type == "timeout":
-        return f"Timeout ({code})"
-    if error_type == "http":
-        if is_success(error_type, code):
-            return f"HTTP {code} (success)"
-        if http_status(code) is not None:
-            return f"HTTP {code}"
-        reason = curl_error_label(code)
-        return f"cURL {code}: {reason}" if reason else f"cURL {code[:20]}"
-    return f"{error_type} {code}".strip()
+    """Phorge's wording for an errorType/errorCode pair (outcomes.error_label)."""
+    return outcomes.error_label(error_type, error_code)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,11 @@ class Dashboard:
         return sum(1 for worker in self.workers if worker.alive)
 
     @property
+    def last_worker(self) -> WorkerStatus | None:
+        """The worker heard from last, alive or not (the table lists the last day's)."""
+        return max(self.workers, key=lambda worker: worker.last_seen, default=None)
+
+    @property
     def hooks_shown(self) -> list[HookHealth]:
         """Hooks needing attention first, then the busiest; at most HOOKS_SHOWN rows on the page."""
         ranked = sorted(

@@ -446,12 +446,28 @@ def due_left_to_php(health: QueueHealth, config: DeliveryConfig) -> int | None:
 # -- for the alert watcher (alerts/watcher.py) -------------------------------------------------------
 
 
-FIRST_FAILURE = Columns.of("webhookPHID", first="MIN(lastRequestEpoch)")
+@dataclass(frozen=True)
+class Incident:
+    """A hook's requests whose last attempt failed after its last success: the failures of this incident."""
+
+    first: int  # the earliest of their failed attempts (lastRequestEpoch)
+    requests: int
+    errors: tuple[tuple[str, str, int], ...]  # (errorType, errorCode, requests), most first
 
 
-def first_failures(last_success: Mapping[str, int]) -> dict[str, int]:
-    """The first failed attempt of each hook (PHID: its last success, 0 for none) after that success, where
-    Phorge still has one: one key_ratelimit range per hook, in one query."""
+def _incident_columns(dialect: Dialect) -> Columns:
+    return Columns.of(
+        "webhookPHID",
+        error_type=f"{_json_text(dialect, 'errorType')} AS error_type",
+        error_code=f"{_json_text(dialect, 'errorCode')} AS error_code",
+        requests="COUNT(*)",
+        first="MIN(lastRequestEpoch)",
+    )
+
+
+def incidents(last_success: Mapping[str, int]) -> dict[str, Incident]:
+    """Per hook (PHID: its last success, 0 for none), the requests that failed after that success, where
+    Phorge still has them, by error: one key_ratelimit range per hook, in one query."""
     if not last_success:
         return {}
     clauses: list[str] = []
@@ -461,30 +477,66 @@ def first_failures(last_success: Mapping[str, int]) -> dict[str, int]:
             f"(webhookPHID = %(h{index})s AND lastRequestResult = 'fail' AND lastRequestEpoch > %(s{index})s)"
         )
         params[f"h{index}"], params[f"s{index}"] = phid, success
+    dialect = _dialect()
+    columns = _incident_columns(dialect)
     rows = _fetch(
-        f"SELECT {FIRST_FAILURE.sql} FROM {_dialect().requests_by_result} "
-        f"WHERE {' OR '.join(clauses)} GROUP BY webhookPHID",
+        f"SELECT {columns.sql} FROM {dialect.requests_by_result} "
+        f"WHERE {' OR '.join(clauses)} GROUP BY webhookPHID, error_type, error_code",
         params,
     )
-    return {text(r["webhookPHID"]): _int(r["first"]) for r in FIRST_FAILURE.read_all(rows) if r["first"] is not None}
+    grouped: dict[str, list[Record]] = {}
+    for row in columns.read_all(rows):
+        grouped.setdefault(text(row["webhookPHID"]), []).append(row)
+    found = {}
+    for phid, groups in grouped.items():
+        errors = sorted(
+            (
+                (text(g["error_type"] or ""), text(g["error_code"] or ""), _int(g["requests"]))
+                for g in groups
+                if g["error_type"] is not None
+            ),
+            key=lambda error: (-error[2], error[0], error[1]),
+        )
+        found[phid] = Incident(
+            first=min(_int(g["first"]) for g in groups),
+            requests=sum(_int(g["requests"]) for g in groups),
+            errors=tuple(errors),
+        )
+    return found
 
 
-def last_errors(phids: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """(errorType, errorCode) of each hook's newest failed attempt, for the hooks that have one (one query)."""
+@dataclass(frozen=True)
+class LastError:
+    """A hook's newest failed attempt: its stored error and whose request it was."""
+
+    error_type: str
+    error_code: str
+    request_phid: str
+    object_phid: str
+
+
+def last_errors(phids: Sequence[str]) -> dict[str, LastError]:
+    """The newest failed attempt of each hook that has one: errorType/errorCode, request and object (one query)."""
     dialect = _dialect()
     columns = Columns.of(
-        "webhookPHID", error_type=_json_text(dialect, "errorType"), error_code=_json_text(dialect, "errorCode")
+        "webhookPHID",
+        "phid",
+        "objectPHID",
+        error_type=_json_text(dialect, "errorType"),
+        error_code=_json_text(dialect, "errorCode"),
     )
     where, params = _hook_filter(phids)
     rows = _fetch(
         f"SELECT {columns.sql} FROM {REQUESTS} JOIN ("
         f"SELECT webhookPHID AS newest_hook, MAX(lastRequestEpoch) AS newest FROM {dialect.requests_by_result} "
         f"WHERE {where} AND lastRequestResult = 'fail' GROUP BY webhookPHID) AS newest_fail "
-        "ON webhookPHID = newest_hook AND lastRequestResult = 'fail' AND lastRequestEpoch = newest",
+        "ON webhookPHID = newest_hook AND lastRequestResult = 'fail' AND lastRequestEpoch = newest ORDER BY id",
         params,
     )
     return {
-        text(r["webhookPHID"]): (text(r["error_type"]), text(r["error_code"]))
+        text(r["webhookPHID"]): LastError(
+            text(r["error_type"]), text(r["error_code"] or ""), text(r["phid"]), text(r["objectPHID"])
+        )
         for r in columns.read_all(rows)
         if r["error_type"] is not None
     }

@@ -1,10 +1,13 @@
 """Thin views: the staff dashboard, the hook and request pages, the probes and the web metrics. Every read
-is in selectors.py (Phorge's tables), phorge_status.py (Phorge's settings and PHP worker),
-records/heartbeat.py (the heartbeats) or history.py (the attempt log); dashboard.py composes the dashboard."""
+is in selectors.py (Phorge's tables), phorge_status.py (Phorge's settings and PHP worker), object_names.py
+(the names of Phorge's objects), records/heartbeat.py (the heartbeats) or history.py (the attempt log);
+dashboard.py composes the dashboard."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -20,9 +23,10 @@ from ..alerts import selectors as alert_selectors
 from ..phorge.config import REQUEST_RETENTION_SEC
 from ..records import holds
 from ..records.heartbeat import WORKER_ALIVE_SEC
-from . import history, phorge_status, selectors
+from . import history, object_names, phorge_status, selectors
 from .access import view_required
 from .dashboard import dashboard as read_dashboard
+from .health import HookHealth
 from .metrics import REGISTRY
 
 logger = logging.getLogger(__name__)
@@ -54,22 +58,41 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "refresh_sec": REFRESH_SEC,
         "worker_alive_sec": WORKER_ALIVE_SEC,
         "request_retention_sec": REQUEST_RETENTION_SEC,
-        **_operator_state(),
+        **_operator_state(hooks=board.health.hooks),
     }
     return render(request, "webhook_delivery/dashboard.html", context)
 
 
-def _operator_state(hook_phid: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class HeldHook:
+    """A hold, with the hook's name and Phorge id where Phorge still has the hook."""
+
+    hold: holds.Hold
+    name: str | None
+    hook_id: int | None
+
+
+def _held(found: Iterable[holds.Hold], hooks: Iterable[HookHealth]) -> list[HeldHook]:
+    by_phid = {hook.phid: hook for hook in hooks}
+    return [
+        HeldHook(hold, by_phid[hold.hook_phid].name, by_phid[hold.hook_phid].id)
+        if hold.hook_phid in by_phid
+        else HeldHook(hold, None, None)
+        for hold in found
+    ]
+
+
+def _operator_state(hook_phid: str | None = None, *, hooks: Iterable[HookHealth] = ()) -> dict[str, Any]:
     """What Django's own database says beside Phorge's: alerts active, holds, requests lost to Phorge's
     collection (for one hook, or all). Left out, never a 500, when that database cannot be read."""
     try:
         alerts = alert_selectors.active_alerts()
         if hook_phid is None:
-            return {"alerts": alerts, "holds": holds.active_holds()}
+            return {"alerts": alerts, "holds": _held(holds.active_holds(), hooks)}
         hold = holds.hold_of(hook_phid)
         return {
             "alerts": [alert for alert in alerts if alert.hook_phid == hook_phid],
-            "holds": [] if hold is None else [hold],
+            "holds": _held([] if hold is None else [hold], hooks),
             "lost_to_collection": alert_selectors.lost_total(hook_phid),
         }
     except DatabaseError as exc:
@@ -99,7 +122,7 @@ def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
         "history": past,
         "phorge_uri": base,
         "retention": config,
-        **_operator_state(phid),
+        **_operator_state(phid, hooks=health.hooks),
     }
     return render(request, "webhook_delivery/hook.html", context)
 
@@ -118,10 +141,12 @@ def request_page(request: HttpRequest, phid: str) -> HttpResponse:
     if row is None and not attempts:
         raise Http404("no such request")
     config = settings.GORGE_WEBHOOK
+    object_name = None if row is None else object_names.object_names([row.row.object_phid]).get(row.row.object_phid)
     context = {
         **_context(request),
         "phid": phid,
         "detail": row,
+        "object_link": None if object_name is None else object_names.object_link(object_name, base),
         "attempts": attempts,
         "writer": _last_result_writer(row, attempt_log=config.attempt_log),
         "match_sec": history.MATCH_SEC,
@@ -165,7 +190,11 @@ def readyz(request: HttpRequest) -> JsonResponse:
     if paused is not None:
         return JsonResponse({"status": "unavailable", "reason": paused}, status=503)
     body = {"status": "ok"}
-    warnings = [phorge_status.partition_warning()]
+    silent = resolved is not None and resolved.silent.value is True
+    warnings = [
+        "phabricator.silent is on: requests are failed (hook/silent) without a call" if silent else None,
+        phorge_status.partition_warning(),
+    ]
     if phorge_status.php_delivery_state().state == "active":
         warnings.append("phorge's php webhook worker is also delivering")
     if said := [warning for warning in warnings if warning]:

@@ -23,7 +23,7 @@ from ..config import DeliveryConfig
 from ..phorge.databases import MasterUnavailable
 from ..phorge.herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
 from ..phorge.locks import webhook_lock_name
-from ..phorge.outcomes import Outcome, with_error
+from ..phorge.outcomes import HOOK_ERROR, SILENT, Outcome, with_error
 from ..phorge.phpjson import UndecodableProperties, decode_properties, encode_compact
 from .attempts import AttemptLog, AttemptRecord
 from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
@@ -430,6 +430,11 @@ class JobRunner:
         if written is None:
             return
         if outcome.status == RequestStatus.SENT:
-            logger.debug("webhook delivered", extra=extra)
+            logger.debug("webhook delivered", extra={"event": "delivery.sent", **extra})
+        elif outcome.error_type == HOOK_ERROR and outcome.error_code == SILENT:
+            # A maintenance window fails the whole backlog: said once by the loop, each request at DEBUG.
+            logger.debug(
+                "webhook request failed: Phorge is in silent mode", extra={"event": "delivery.silent", **extra}
+            )
         else:
-            logger.warning("webhook request failed", extra=extra)
+            logger.warning("webhook request failed", extra={"event": "delivery.failed", **extra})

@@ -121,6 +121,7 @@ class Worker:
         self.paused: str | None = None  # why nothing is delivered now (silent mode unknown)
         self._quick_until = float("-inf")
         self._paused_said = float("-inf")
+        self._silent_said = False
 
     def snapshot(self) -> WorkerState:
         """The heartbeat state: what the dashboard and the health JSON show about this process."""
@@ -141,6 +142,7 @@ class Worker:
             "stopping": self.stopping.is_set(),
             "php_worker": self.php.latest().as_json(),
             "delivery_paused": self.paused,
+            "phorge_now": self.window.estimated_now(),
         }
 
     def _beat(self, *, force: bool = False) -> None:
@@ -224,6 +226,7 @@ class Worker:
         limit_malloc_arenas()
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
         running: dict[Future[JobResult], Job] = {}
+        clean = False
         try:
             while not self.stopping.is_set():
                 self.php.watch()  # what delivery threads read, and the heartbeat shows
@@ -233,12 +236,13 @@ class Worker:
                 if self.once and not running and not scheduled and not more:
                     break
                 self._wait(running, scheduled or more)
+            clean = True
         finally:
             for future in list(running):
                 self._absorb(future.result(), running.pop(future))
             pool.shutdown(wait=True)
             self._report_activity(self.counters.snapshot())
-            self.heartbeat.retire()
+            self.heartbeat.retire(self.snapshot(), clean=clean)
             if self.attempts is not None:
                 self.attempts.close()
             self.locks.close()
@@ -322,26 +326,39 @@ class Worker:
 
     def _pause_for_silent_mode(self) -> bool:
         """True while Phorge's silent mode cannot be told: then nothing is claimed, sent or failed. Said at
-        once, every few minutes while it lasts, and when it ends."""
-        if self.dispatcher.silent() is not None:
+        once, every few minutes while it lasts, and when it ends; silent mode on is said once as it begins."""
+        silent = self.dispatcher.silent()
+        if silent is not None:
             if self.paused is not None:
                 self.paused = None
-                logger.info("phabricator.silent is known again: delivering")
+                logger.info("phabricator.silent is known again: delivering", extra={"event": "worker.resumed"})
+            if silent != self._silent_said:
+                self._silent_said = silent
+                if silent:
+                    logger.warning(
+                        "phabricator.silent is on: queued requests are failed for good (hook/silent) without a "
+                        "call, as Phorge's own worker does; each is logged at DEBUG and counted as failed",
+                        extra={"event": "worker.silent_mode"},
+                    )
             return False
         self.paused = self.phorge_settings.current().paused_reason() or "phabricator.silent is unknown"
         if time.monotonic() - self._paused_said >= PAUSED_REPEAT_SEC:
             self._paused_said = time.monotonic()
-            logger.warning(self.paused, extra={"queued_tracked": self.window.held_count})
+            logger.warning(self.paused, extra={"event": "worker.paused", "queued_tracked": self.window.held_count})
         return True
 
+    def blocked(self) -> str | None:
+        """Why this run could deliver nothing that an operator must fix, in one line; None when it could."""
+        if self.paused is not None:
+            return f"nothing delivered: {self.paused}; {self.window.held_count} queued request(s) left as they are"
+        if self._db_down_since is not None:
+            return "nothing more delivered: Phorge's herald database does not answer"
+        return None
+
     def summary(self) -> list[str]:
-        """What a `--once` run left queued, and why."""
+        """What a `--once` run left queued, and why (a pause is the command's error line: `blocked()`)."""
         counts = self.counters.snapshot()
         lines = []
-        if self.paused is not None:
-            lines.append(
-                f"nothing delivered: {self.paused}; {self.window.held_count} queued request(s) left as they are"
-            )
         if counts.get("left_to_php.task"):
             lines.append(
                 f"left {counts['left_to_php.task']} request(s) to Phorge's PHP worker: "

@@ -8,7 +8,11 @@ import threading
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+# --once exits with these when it could deliver nothing for a reason an operator must fix (README).
+EXIT_PAUSED = 3  # Phorge's silent mode unknown: its settings are not given, or cannot be read
+EXIT_DATABASE = 4  # Phorge's herald database did not answer
 
 
 def _positive(value: str) -> int:
@@ -75,6 +79,8 @@ class Command(BaseCommand):
             if options["once"]:
                 for line in worker.summary():
                     self.stdout.write(line)
+                if (why := worker.blocked()) is not None:
+                    raise CommandError(why, returncode=EXIT_PAUSED if worker.paused is not None else EXIT_DATABASE)
         finally:
             watching.set()
             restore()

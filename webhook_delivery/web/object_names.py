@@ -1,0 +1,53 @@
+"""Phorge's names of the objects that the pages, the admin and the alerts show (T123, D45, rXYZabc123def456,
+P12, ...): the selectors over phorge/object_names.py with the web side's Masters, and how a name is shown."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..phorge.databases import Masters
+from ..phorge.names import ObjectName
+from ..phorge.object_names import ObjectNames
+from . import phorge_status
+
+
+@functools.cache
+def _resolver(namespace: str, masters: Masters) -> ObjectNames:
+    # One per process and way to the masters, so that its short cache spares Phorge's databases.
+    return ObjectNames(namespace, masters)
+
+
+def _current() -> ObjectNames:
+    config = settings.GORGE_WEBHOOK
+    return _resolver(config.namespace, phorge_status._masters(config))
+
+
+def object_names(phids: Iterable[str]) -> dict[str, ObjectName]:
+    """Phorge's name of each of these objects (PHIDs), for a page, the admin or an alert message.
+
+    Returns {PHID: ObjectName} for the objects that can be named: `name` (the monogram, `T123`, or the
+    object's own name where its type has no monogram), `full_name` (`T123: <title>`, untrusted text to
+    escape) and `path` (its page, to follow Phorge's `phabricator.base-uri`). A PHID is absent when its
+    object is gone, its type is not one this service names, or its table cannot be read (no grant, a master
+    this service cannot reach, SQLite): show the PHID then. One SELECT per Phorge application for the whole
+    batch, cached a few seconds; never raises.
+    """
+    return _current().names(phids)
+
+
+def object_phids(term: str) -> list[str]:
+    """The PHIDs of the objects the monograms in `term` name (`T123`, `D45`, `rXYZabc12`, `R4:abc12`,
+    `@alice`, ...); none for anything else. Never raises."""
+    return _current().find(term)
+
+
+def object_link(name: ObjectName, base: str | None) -> SafeString:
+    """The full name with its name linked into Phorge when its base URI is known: `<a>T123</a>: <title>`."""
+    if base is None:
+        return format_html("{}{}", name.name, name.rest)
+    return format_html('<a href="{}{}" rel="noreferrer">{}</a>{}', base, name.path, name.name, name.rest)
