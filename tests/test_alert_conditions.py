@@ -275,3 +275,38 @@ def test_stalled_is_told_on_the_second_pass_and_ends_on_the_second_clear_one(pho
     assert "stalled" in w.tick().recovered
     _subject, body = said("stalled", "recovered")
     assert "Delivery is no longer stalled: nothing is due, after 7 min." in body
+
+
+def test_herald_unreachable_is_told_on_the_second_pass_and_its_end_on_the_second_answer(
+    phorge: Phorge, clock: Clock
+) -> None:
+    import socket
+
+    from django.db import connections
+
+    connection = connections["phorge"]
+    port = connection.settings_dict["PORT"]
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = closed.getsockname()[1]
+    w = watcher(clock)
+    try:
+        connection.close()
+        connection.settings_dict["PORT"] = dead  # herald's server refuses connections now
+        ticks = []
+        for _step in range(2):
+            clock.now += 1  # the host's clock: Phorge's cannot be read
+            ticks.append(w.tick().entered)
+        assert ticks == [[], ["database"]]
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = port
+    subject, body = said("database", "entered")
+    assert subject == "[gorge-webhook] Phorge's herald database unreachable"
+    assert "does not answer the alert watcher (OperationalError) since 20:45 UTC" in body
+    clock.set(T + 180)
+    assert w.tick().recovered == []
+    clock.advance(1)
+    assert w.tick().recovered == ["database"]
+    _subject, body = said("database", "recovered")
+    assert "answers the alert watcher again, after 3 min." in body
