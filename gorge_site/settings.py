@@ -21,7 +21,7 @@ from webhook_delivery.config import (
     master_alias,
     parse_bool,
 )
-from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig
+from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig, address_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -290,10 +290,16 @@ if _oauth_only and not (_oauth_client_id and _oauth_client_secret):
     _errors.append(
         ConfigError("GORGE_PHORGE_OAUTH_ONLY", "needs Sign in with Phorge configured (client id and secret)")
     )
+_oauth_allow_http = _flag("GORGE_PHORGE_ALLOW_HTTP", False)
+_oauth_url = _http_url("GORGE_PHORGE_OAUTH_URL", os.environ.get("GORGE_PHORGE_OAUTH_URL", ""))
+if _oauth_url and (_oauth_url_problem := address_problem(_oauth_url, allow_http=_oauth_allow_http)) is not None:
+    _errors.append(ConfigError("GORGE_PHORGE_OAUTH_URL", f"refused: {_oauth_url_problem}"))
+    _oauth_url = ""
 GORGE_PHORGE_OAUTH = PhorgeOAuthConfig(
     client_id=_oauth_client_id,
     client_secret=_oauth_client_secret,
-    url=_http_url("GORGE_PHORGE_OAUTH_URL", os.environ.get("GORGE_PHORGE_OAUTH_URL", "")),
+    url=_oauth_url,
+    allow_http=_oauth_allow_http,
     site_url=_http_url(
         "GORGE_PHORGE_OAUTH_SITE_URL",
         os.environ.get("GORGE_PHORGE_OAUTH_SITE_URL", "") or os.environ.get("GORGE_ALERT_SITE_URL", ""),

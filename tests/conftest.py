@@ -94,6 +94,26 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
+def smtp() -> Iterator[Any]:
+    """A real SMTP server on 127.0.0.1 (tests/alert_channels.Smtp), stopped at the end."""
+    from tests.alert_channels import Smtp
+
+    server = Smtp().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def chat(receiver: Receiver) -> Iterator[Any]:
+    """A chat webhook on the real receiver (tests/alert_channels.Chat), answered again at the end."""
+    from tests.alert_channels import Chat
+
+    channel = Chat(receiver)
+    yield channel
+    channel.answer()
+
+
+@pytest.fixture
 def delivery_config() -> Any:
     """The configured DeliveryConfig with fast test timings; tests replace() what they need."""
     return dataclasses.replace(settings.GORGE_WEBHOOK, delivery_timeout=3.0, claim_lease_sec=8)

@@ -107,6 +107,10 @@ class PhorgeStandin:
     issued: list[str] = field(default_factory=list)  # every code and token ever handed out
     token_requests: int = 0
     whoami_requests: int = 0
+    auth_requests: int = 0  # GETs and POSTs of /oauthserver/auth/ (this service's probe among them)
+    # Test hook, a hostile Phorge: path -> "trickle" (a byte every 0.3 s), "huge" (a 300 MB answer), "deep"
+    # (JSON nested 100,000 levels) or, for the token endpoint, "infinite expiry" (expires_in: 1e400).
+    misbehave: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
     _port: int = 0
@@ -287,6 +291,9 @@ class PhorgeStandin:
         self.tokens[token] = grant.user_phid
         self.issued.append(token)
         del self.codes[code]
+        if self.misbehave.get("/oauthserver/token/") == "infinite expiry":
+            body = f'{{"access_token": "{token}", "token_type": "Bearer", "expires_in": 1e400}}'.encode()
+            return 200, {"Content-Type": "application/json"}, body
         return _json(200, {"access_token": token, "token_type": "Bearer"})
 
     def whoami(self, params: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
@@ -326,10 +333,44 @@ class _Handler(BaseHTTPRequestHandler):
             params.update({k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()})
         return parts.path, params
 
+    def _hostile(self, how: str) -> None:
+        if how == "trickle":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            for byte in b"Content-Type: application/json\r\n" * 100:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.3)
+            return
+        if how == "huge":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(300 * 1024 * 1024))
+            self.end_headers()
+            self.wfile.write(b'{"result": "')
+            for _ in range(300 * 16):
+                self.wfile.write(b"x" * 65536)
+            return
+        body = b"[" * 100_000 + b"]" * 100_000 if how == "deep" else b""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def _answer(self) -> None:
         path, params = self._params()
         owner = self.owner
         view = _CLIENT_VIEW.fullmatch(path)
+        if path == "/oauthserver/auth/":
+            with owner.lock:
+                owner.auth_requests += 1
+        hostile = owner.misbehave.get(path)
+        if hostile in ("trickle", "huge", "deep"):
+            try:
+                self._hostile(hostile)
+            except OSError:
+                pass  # the client gave up on it, as it should
+            return
         if owner.outage:
             status, headers, body = 502, {"Content-Type": "text/html"}, b"<h1>502 Bad Gateway</h1>"
         elif path.startswith("/oauthserver/") and not owner.oauth_server_installed():

@@ -5,31 +5,28 @@ MariaDB database (gwtest<pid>_site) shared by the processes, as a deployment sha
 from __future__ import annotations
 
 import dataclasses
-import email
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from email.message import Message
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 from django.conf import settings
 
+from tests.alert_channels import Chat, Smtp
 from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
 from tests.processes import ROOT, WorkerProcess, wait_for
 from tests.receiver import Receiver
 from tests.settings import TEST_SERVER
 from webhook_delivery.alerts import metrics
 from webhook_delivery.alerts.config import AlertConfig
-from webhook_delivery.alerts.models import AlertCondition, AlertNotification, HookLoss
+from webhook_delivery.alerts.models import AlertChannel, AlertCondition, AlertNotification, HookLoss
 from webhook_delivery.alerts.selectors import active_alerts, lost_total
 from webhook_delivery.alerts.watcher import Watcher
 
@@ -37,96 +34,6 @@ pytestmark = PHORGE_DB
 
 SECRET = "s3cret"
 RETENTION = 7 * 86400
-
-
-# -- real channels -----------------------------------------------------------------------------------
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self.lock = threading.Lock()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's name
-        with self.lock:
-            self.messages.append(email.message_from_bytes(envelope.content))
-        return "250 OK"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Smtp:
-    """An SMTP server on 127.0.0.1 that can be stopped and started again on the same port."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.sink = _Sink()
-        self.controller: Controller | None = None
-
-    def start(self) -> Smtp:
-        self.controller = Controller(self.sink, hostname="127.0.0.1", port=self.port)
-        self.controller.start()
-        return self
-
-    def stop(self) -> None:
-        if self.controller is not None:
-            self.controller.stop()
-            self.controller = None
-
-    @property
-    def bodies(self) -> list[str]:
-        with self.sink.lock:
-            messages = list(self.sink.messages)
-        return [f"Subject: {m['Subject']}\n{m.get_payload(decode=True).decode()}" for m in messages]  # type: ignore[union-attr]
-
-
-@pytest.fixture
-def smtp() -> Iterator[Smtp]:
-    server = Smtp().start()
-    yield server
-    server.stop()
-
-
-class Chat:
-    """The chat webhook: a path of the real receiver; `hang()` holds every call until `answer()`."""
-
-    def __init__(self, receiver: Receiver) -> None:
-        self.receiver = receiver
-        self.url = receiver.url("/chat/T0KEN-chat-secret/ok")
-        self._open = threading.Event()
-        self._open.set()
-        receiver.state.on_receive = self._gate
-
-    def _gate(self, received: Any) -> None:
-        # A hung call is never answered (the sender gave up on it): the connection is dropped once released.
-        if received.path.startswith("/chat/") and not self._open.is_set():
-            self._open.wait(20)
-            raise ConnectionAbortedError("hung call dropped")
-
-    def hang(self) -> None:
-        self._open.clear()
-
-    def answer(self) -> None:
-        self._open.set()
-
-    @property
-    def texts(self) -> list[str]:
-        return [
-            json.loads(r.body)["text"]
-            for r in self.receiver.requests
-            if r.path.startswith("/chat/") and r.answered_at  # answered: what the chat service accepted
-        ]
-
-
-@pytest.fixture
-def chat(receiver: Receiver) -> Iterator[Chat]:
-    channel = Chat(receiver)
-    yield channel
-    channel.answer()
 
 
 def alert_config(smtp: Smtp | None, chat: Chat | None, **changes: Any) -> AlertConfig:
@@ -198,8 +105,12 @@ def test_fifty_failing_hooks_make_one_digest_per_channel_and_one_recovery_digest
     watcher = Watcher(alert_config(smtp, chat), delivery)
     result = watcher.tick()
     assert len(result.entered) == 50
-    assert len(smtp.bodies) == 1 and len(chat.texts) == 1
-    for body in (smtp.bodies[0], chat.texts[0]):
+    # E-mail: one digest. Chat: what fits in a message the chat service accepts, in as few parts as that takes.
+    chat_parts = len(chat.texts)
+    assert len(smtp.bodies) == 1 and chat_parts == 2
+    assert all(len(text) <= 12_000 for text in chat.texts)
+    assert chat.texts[0].startswith("gorge-webhook: 50 new alerts (part 1 of 2)")
+    for body in (smtp.bodies[0], "\n".join(chat.texts)):
         for hook in hooks:
             assert body.count(hook) >= 1
         assert "50 new" in body
@@ -208,7 +119,7 @@ def test_fifty_failing_hooks_make_one_digest_per_channel_and_one_recovery_digest
         assert f"https://gorge.example.com/hooks/{hooks[0]}/" in body
     for _ in range(3):
         watcher.tick()
-    assert len(smtp.bodies) == 1 and len(chat.texts) == 1, "a condition that holds is not notified again"
+    assert len(smtp.bodies) == 1 and len(chat.texts) == chat_parts, "a condition that holds is not notified again"
     assert {a.kind for a in active_alerts()} == {"receiver"} and all(a.notified_at for a in active_alerts())
 
     now = phorge.now()
@@ -219,10 +130,12 @@ def test_fifty_failing_hooks_make_one_digest_per_channel_and_one_recovery_digest
     time.sleep(1.1)  # a newer observation than the last one applied (Phorge's clock has 1 s steps)
     result = watcher.tick()
     assert len(result.recovered) == 50
-    assert len(smtp.bodies) == 2 and len(chat.texts) == 2
-    assert "50 recovered" in chat.texts[1] and all(hook in chat.texts[1] for hook in hooks)
+    recovered = chat.texts[chat_parts:]
+    assert len(smtp.bodies) == 2 and recovered
+    assert "50 recovered" in recovered[0] and all(hook in "\n".join(recovered) for hook in hooks)
+    chat_parts = len(chat.texts)
     watcher.tick()
-    assert len(smtp.bodies) == 2 and len(chat.texts) == 2
+    assert len(smtp.bodies) == 2 and len(chat.texts) == chat_parts
     assert_no_secrets(smtp.bodies + chat.texts + [caplog.text], phorge, chat)
 
 
@@ -284,7 +197,8 @@ def test_failing_channels_are_logged_once_and_catch_up_when_back(
     chat.hang()
     hook = failing_hook(phorge, receiver, "down")
     delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
-    watcher = Watcher(alert_config(smtp, chat), delivery)
+    watcher = Watcher(alert_config(smtp, chat, interval_sec=5.0), delivery)
+    failed_before = metrics.NOTIFICATIONS_FAILED.labels("email")._value.get()
     caplog.set_level(logging.INFO)
     for _ in range(3):
         started = time.monotonic()
@@ -293,12 +207,15 @@ def test_failing_channels_are_logged_once_and_catch_up_when_back(
         assert set(result.failed) <= {"email", "chat"}
     failing = [r for r in caplog.records if r.getMessage().startswith("alert channel failing")]
     assert sorted(getattr(r, "channel", "") for r in failing) == ["chat", "email"], "logged once per outage"
-    assert metrics.NOTIFICATIONS_FAILED.labels("email")._value.get() >= 3
+    # Retried with backoff, not at every pass: the passes right after a failure leave the channel alone.
+    assert metrics.NOTIFICATIONS_FAILED.labels("email")._value.get() == failed_before + 1
+    assert AlertChannel.objects.get(name="email").retry_at is not None
     assert AlertNotification.objects.filter(sent_at__isnull=True).count() == 2
     assert [a.pending_channels for a in active_alerts()] == [("chat", "email")]
 
     smtp.start()
     chat.answer()
+    AlertChannel.objects.update(retry_at=None)  # the backoff's wait, over
     try:
         wait_for(lambda: bool(watcher.tick().sent.keys() >= {"email"}) or len(smtp.bodies) == 1, 10, "e-mail back")
         wait_for(lambda: watcher.tick() is not None and len(chat.texts) >= 1, 10, "chat back")

@@ -29,6 +29,7 @@ from webhook_delivery.logformat import JsonFormatter, TextFormatter
 from webhook_delivery.phorge_auth import events
 from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig
 from webhook_delivery.phorge_auth.models import PhorgeAccount
+from webhook_delivery.phorge_auth.views import forget_probes
 from webhook_delivery.web.access import VIEW_PERMISSION
 
 pytestmark = [PHORGE_DB, pytest.mark.browser]
@@ -43,9 +44,9 @@ def browser(chromium: Any) -> Any:
 
 @pytest.fixture
 def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    """Every log line, at DEBUG, from every logger (the HTTP clients' and Authlib's included)."""
+    """Every log line, at DEBUG, from every logger (the HTTP client's included)."""
     caplog.set_level(logging.DEBUG)
-    for name in ("urllib3", "authlib", "django", "django.request", "webhook_delivery"):
+    for name in ("urllib3", "django", "django.request", "webhook_delivery"):
         caplog.set_level(logging.DEBUG, logger=name)
     return caplog
 
@@ -57,6 +58,7 @@ def standin(live_server: Any, settings: Any) -> Iterator[PhorgeStandin]:
             client_id=running.client_id, client_secret=running.client_secret, url=running.url, recheck_sec=300
         )
         yield running
+    forget_probes()
 
 
 class Seen:
@@ -428,12 +430,12 @@ def test_settings_are_read_and_checked_like_the_rest() -> None:
 def test_phorge_address_defaults_to_phorges_base_uri(phorge: Phorge, settings: Any) -> None:
     import dataclasses
 
-    from webhook_delivery.phorge_auth.phorge import oauth_app, phorge_url
+    from webhook_delivery.phorge_auth.phorge import endpoints, phorge_url
 
     settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, phorge_base_uri="https://phorge.example.org")
     settings.GORGE_PHORGE_OAUTH = PhorgeOAuthConfig(client_id="PHID-OASC-x", client_secret="y")
     assert phorge_url() == "https://phorge.example.org"
-    app = oauth_app()
+    app = endpoints()
     assert app.authorize_url == "https://phorge.example.org/oauthserver/auth/"
     assert app.access_token_url == "https://phorge.example.org/oauthserver/token/"
     settings.GORGE_PHORGE_OAUTH = PhorgeOAuthConfig(
@@ -588,6 +590,7 @@ def test_sign_in_while_phorges_oauth_server_is_not_installed(
     assert standin.token_requests == 0 and not seen.signed_in()
 
     standin.show_prototypes = True
+    forget_probes()  # the few seconds this service remembers Phorge's last answer, over
     seen.sign_in_with_phorge()
     standin.show_prototypes = False  # turned off again: Conduit still answers the token
     before = standin.whoami_requests

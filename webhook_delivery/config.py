@@ -11,13 +11,16 @@ import dataclasses
 import ipaddress
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from . import jsonread
 from .phorge.cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases, parse_cluster_databases
 from .phorge.delivery_id import OFF as DELIVERY_ID_OFF
 from .phorge.delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
@@ -102,16 +105,19 @@ def read_local_file(path: str) -> tuple[dict[str, Any] | None, str]:
     """Phorge's `conf/local/local.json`: a JSON object of option to value as `bin/config set` writes it
     (`[]` once every key was deleted); else None and why it cannot be used."""
     try:
-        with open(path, "rb") as handle:
+        # Non-blocking: a FIFO (or a device) put at the path must not hang start-up, check or a worker.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None, "not a regular file"
             data = handle.read(LOCAL_FILE_MAX_BYTES + 1)
     except OSError as exc:
         return None, exc.strerror or type(exc).__name__
     if len(data) > LOCAL_FILE_MAX_BYTES:
         return None, f"larger than {LOCAL_FILE_MAX_BYTES} bytes"
-    try:
-        values = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None, "not valid JSON"
+    values = jsonread.decode(data, max_bytes=LOCAL_FILE_MAX_BYTES)
+    if values is None:
+        return None, "not valid JSON (or nested deeper than PHP reads)"
     if values == []:
         values = {}
     if not isinstance(values, dict):
@@ -193,10 +199,7 @@ def parse_blacklist(raw: str) -> tuple[IPNetwork, ...]:
     if not text:
         return ()
     if text.startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError as exc:
-            raise ValueError("expected a JSON list of CIDR strings") from exc
+        items = jsonread.decode(text)
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
             raise ValueError("expected a JSON list of CIDR strings")
     else:

@@ -1,47 +1,88 @@
 """The two channels: e-mail through Django's e-mail backend, and a Slack/Mattermost-style chat webhook.
 
-Each send is bounded by the channel timeout. Errors are described by kind only (an exception's class, an
-HTTP status): a requests error names its URL, and the chat URL is a secret.
+Each send is bounded in total by the channel timeout (outbound.Watchdog: a server that trickles cannot
+stretch it) and reads at most CHAT_ANSWER_BYTES of an answer. Errors are described by kind only (an
+exception's class, an HTTP status): a requests error names its URL, and the chat URL is a secret.
+`ChannelError.refused` tells a channel that refuses what it was given (a 4xx answer) from one that is down.
 """
 
 from __future__ import annotations
 
 import smtplib
+from dataclasses import dataclass
+from typing import Any
 
-import requests
 from django.core.mail import EmailMessage, get_connection
+from django.core.mail.backends.smtp import EmailBackend
 
+from ..outbound import OutboundError, WatchedSMTP, WatchedSMTPSSL, post, watched
 from .config import AlertConfig
+
+CHAT_ANSWER_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one pass sends on a channel: messages of at most `chars` characters and `entries` entries, at
+    most `parts` of them; the rest are counted at the end (and are on the dashboard)."""
+
+    chars: int
+    entries: int
+    parts: int
+
+
+# A chat message stays under Mattermost's default post limit (16,383) and Slack's (40,000).
+LIMITS = {"email": Limits(1_000_000, 200, 1), "chat": Limits(12_000, 1000, 4)}
 
 
 class ChannelError(Exception):
     """A send failed; str() is safe to log (no URL, no credential)."""
 
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused  # the channel refuses this message (it would refuse it again)
+
+
+class WatchedEmailBackend(EmailBackend):
+    """Django's SMTP backend whose sockets the send's Watchdog can shut (a trickling server)."""
+
+    @property
+    def connection_class(self) -> Any:
+        return WatchedSMTPSSL if self.use_ssl else WatchedSMTP
+
 
 def send_email(config: AlertConfig, subject: str, body: str) -> None:
+    timeout = config.channel_timeout_sec
     try:
-        connection = get_connection(timeout=config.channel_timeout_sec)
-        message = EmailMessage(subject, body, config.email_from, list(config.email_to), connection=connection)
-        message.send(fail_silently=False)
+        with watched(timeout) as watchdog:
+            connection = get_connection(timeout=timeout)
+            if type(connection) is EmailBackend:  # the configured SMTP server: bounded in total, not per read
+                connection = WatchedEmailBackend(timeout=timeout)
+            message = EmailMessage(subject, body, config.email_from, list(config.email_to), connection=connection)
+            message.send(fail_silently=False)
     except smtplib.SMTPResponseException as exc:
-        raise ChannelError(f"SMTP {exc.smtp_code}") from None
+        raise ChannelError(f"SMTP {exc.smtp_code}", refused=500 <= exc.smtp_code < 600) from None
     except (TimeoutError, smtplib.SMTPException, OSError) as exc:
+        if watchdog.fired:
+            raise ChannelError(f"no complete exchange within {timeout:g} s") from None
         raise ChannelError(type(exc).__name__) from None
+
+
+def chat_text(body: str) -> str:
+    """The message as Slack and Mattermost must get it: &, < and > escaped (their markup, and Slack's
+    <!channel> and <url|label>, start with them). Phorge's text in it was neutralised by messages.plain()."""
+    return body.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def send_chat(config: AlertConfig, subject: str, body: str) -> None:
     timeout = config.channel_timeout_sec
     try:
-        response = requests.post(
-            config.chat_url, json={"text": body}, timeout=(timeout, timeout), allow_redirects=False
-        )
-    except requests.RequestException as exc:
-        raise ChannelError(type(exc).__name__) from None
-    try:
-        if not 200 <= response.status_code < 300:
-            raise ChannelError(f"HTTP {response.status_code}")
-    finally:
-        response.close()
+        answer = post(config.chat_url, json={"text": chat_text(body)}, timeout=timeout, max_bytes=CHAT_ANSWER_BYTES)
+    except OutboundError as exc:
+        raise ChannelError(str(exc)) from None
+    if not 200 <= answer.status < 300:
+        refused = 400 <= answer.status < 500 and answer.status not in (408, 429)
+        raise ChannelError(f"HTTP {answer.status}", refused=refused)
 
 
 SENDERS = {"email": send_email, "chat": send_chat}

@@ -40,16 +40,20 @@ class AlertConfig:
         return tuple(configured)
 
 
-def _number(environ: Mapping[str, str], name: str, default: float, scale: float, errors: list[ConfigError]) -> float:
+def _number(
+    environ: Mapping[str, str], name: str, default: float, scale: float, errors: list[ConfigError], *, maximum: float
+) -> float:
+    """A positive number of the variable's unit, at most `maximum` of them (beyond, a timer or a date
+    overflows later): the value times `scale`, in seconds."""
     raw = environ.get(name, "").strip()
     if not raw:
         return default
     try:
         value = float(raw)
     except ValueError:
-        value = -1.0
-    if not value > 0 or value != value or value == float("inf"):
-        errors.append(ConfigError(name, f"expected a positive number, got {raw!r}"))
+        value = float("nan")
+    if not 0 < value <= maximum:  # NaN and infinity fail too
+        errors.append(ConfigError(name, f"expected a number above 0 and at most {maximum:g}, got {raw!r}"))
         return default
     return value * scale
 
@@ -88,12 +92,12 @@ def load_alert_config(environ: Mapping[str, str]) -> tuple[AlertConfig, list[Con
         email_from=environ.get("GORGE_ALERT_EMAIL_FROM", "").strip() or DEFAULT_FROM,
         chat_url=chat,
         site_url=site,
-        failing_sec=_number(environ, "GORGE_ALERT_FAILING_MINUTES", 15 * 60.0, 60.0, errors),
-        gc_warning_sec=_number(environ, "GORGE_ALERT_GC_HOURS", 24 * 3600.0, 3600.0, errors),
-        worker_dead_sec=_number(environ, "GORGE_ALERT_WORKER_DEAD_SEC", 30.0, 1.0, errors),
-        interval_sec=_number(environ, "GORGE_ALERT_INTERVAL_SEC", 30.0, 1.0, errors),
-        channel_timeout_sec=_number(environ, "GORGE_ALERT_CHANNEL_TIMEOUT_SEC", 10.0, 1.0, errors),
-        php_hold_sec=_number(environ, "GORGE_ALERT_PHP_HOLD_SEC", 60.0, 1.0, errors),
+        failing_sec=_number(environ, "GORGE_ALERT_FAILING_MINUTES", 15 * 60.0, 60.0, errors, maximum=7 * 24 * 60),
+        gc_warning_sec=_number(environ, "GORGE_ALERT_GC_HOURS", 24 * 3600.0, 3600.0, errors, maximum=365 * 24),
+        worker_dead_sec=_number(environ, "GORGE_ALERT_WORKER_DEAD_SEC", 30.0, 1.0, errors, maximum=86400),
+        interval_sec=_number(environ, "GORGE_ALERT_INTERVAL_SEC", 30.0, 1.0, errors, maximum=3600),
+        channel_timeout_sec=_number(environ, "GORGE_ALERT_CHANNEL_TIMEOUT_SEC", 10.0, 1.0, errors, maximum=300),
+        php_hold_sec=_number(environ, "GORGE_ALERT_PHP_HOLD_SEC", 60.0, 1.0, errors, maximum=86400),
         in_worker=in_worker,
         email_settings=email_settings,
     )

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..phorge.outcomes import error_label
-from ..wording import count, cut, duration, moment
+from ..wording import ELLIPSIS, count, cut, duration, moment
 
 PREFIX = "[gorge-webhook] "
 SUBJECT_LIMIT = 78
@@ -39,10 +39,19 @@ def message(subject: str, lines: Iterable[str], links: Iterable[str] = ()) -> Me
     return Message(cut(PREFIX + subject, SUBJECT_LIMIT), body)
 
 
+JOINER = "\N{WORD JOINER}"  # invisible: it only keeps what is on either side from being read as one token
+_DEFUSED = (("@", "@" + JOINER), ("](", "]" + JOINER + "("), ("://", ":" + JOINER + "//"))
+
+
 def plain(value: str, limit: int = 200) -> str:
-    """Phorge's text on one line, without control characters or backticks."""
+    """Phorge's text, untrusted in every channel: on one line, without control characters or backticks, and
+    unable to mention anyone (`@here`, `@channel`), make a link (`[x](https://...)`, a bare URL) or, once the
+    chat channel escapes < and >, any of Slack's <!channel> or <url|label>. It reads the same."""
     shown = "".join(" " if not ch.isprintable() else "'" if ch == "`" else ch for ch in value)
-    return " ".join(shown.split())[:limit]
+    shown = " ".join(shown.split())[:limit]
+    for found, defused in _DEFUSED:
+        shown = shown.replace(found, defused)
+    return shown
 
 
 def quoted(value: str) -> str:
@@ -427,19 +436,24 @@ class Note:
     transition: str
     subject: str
     text: str
+    id: int = 0
 
 
 @dataclass(frozen=True)
 class Digest:
+    """One message to send: the notifications it carries (`ids`), or counts at its end as more."""
+
     subject: str
     body: str
-    notes: int = field(default=0)
+    ids: tuple[int, ...] = field(default=())
 
 
-def digest(notes: Sequence[Note], *, limit: int = 200) -> Digest:
-    """One message for a channel's pending notifications: one alone keeps its own subject."""
+TRAILER_ROOM = 80  # "... and N more (see the dashboard)"
+
+
+def _counted(notes: Sequence[Note]) -> str:
     numbers = {transition: sum(1 for note in notes if note.transition == transition) for transition in MARKERS}
-    counted = ", ".join(
+    return ", ".join(
         part
         for part in (
             f"{count(numbers['entered'], 'new alert')}" if numbers["entered"] else "",
@@ -448,11 +462,50 @@ def digest(notes: Sequence[Note], *, limit: int = 200) -> Digest:
         )
         if part
     )
+
+
+def digests(notes: Sequence[Note], *, max_chars: int, max_entries: int = 200, max_parts: int = 1) -> list[Digest]:
+    """A channel's pending notifications as messages of at most `max_chars` characters (what the channel
+    accepts) and `max_entries` entries each, at most `max_parts` of them; what does not fit is counted at
+    the end of the last (and is on the dashboard). One notification alone keeps its own subject."""
+    if not notes:
+        return []
     if len(notes) == 1:
-        return Digest(notes[0].subject or cut(PREFIX + notes[0].text, SUBJECT_LIMIT), notes[0].text + "\n", 1)
-    entries = [note.text for note in notes[:limit]]
-    if len(notes) > limit:
-        entries.append(f"... and {len(notes) - limit} more (see the dashboard)")
-    return Digest(
-        cut(PREFIX + counted, SUBJECT_LIMIT), f"gorge-webhook: {counted}\n\n" + "\n\n".join(entries) + "\n", len(notes)
-    )
+        note = notes[0]
+        text = note.text if len(note.text) < max_chars else note.text[: max_chars - 2] + ELLIPSIS
+        return [Digest(note.subject or cut(PREFIX + note.text, SUBJECT_LIMIT), text + "\n", (note.id,))]
+    counted = _counted(notes)
+    parts: list[list[Note]] = [[]]
+    head = len(f"gorge-webhook: {counted} (part 10 of 10)\n\n")
+    used = head
+    for note in notes:
+        size = min(len(note.text), max_chars - head - TRAILER_ROOM) + 2
+        if parts[-1] and (used + size + TRAILER_ROOM > max_chars or len(parts[-1]) >= max_entries):
+            if len(parts) == max_parts:
+                break
+            parts.append([])
+            used = head
+        parts[-1].append(note)
+        used += size
+    carried = sum(len(part) for part in parts)
+    found = []
+    for number, part in enumerate(parts, 1):
+        entries = [
+            note.text
+            if len(note.text) <= max_chars - head - TRAILER_ROOM
+            else note.text[: max_chars - head - TRAILER_ROOM - 1] + ELLIPSIS
+            for note in part
+        ]
+        ids = [note.id for note in part]
+        if number == len(parts) and carried < len(notes):
+            entries.append(f"... and {len(notes) - carried} more (see the dashboard)")
+            ids += [note.id for note in notes[carried:]]
+        of = f" (part {number} of {len(parts)})" if len(parts) > 1 else ""
+        body = f"gorge-webhook: {counted}{of}\n\n" + "\n\n".join(entries) + "\n"
+        found.append(Digest(cut(PREFIX + counted + of, SUBJECT_LIMIT), body, tuple(ids)))
+    return found
+
+
+def digest(notes: Sequence[Note], *, limit: int = 200, max_chars: int = 1_000_000) -> Digest:
+    """All of a channel's pending notifications in one message (the e-mail channel's)."""
+    return digests(notes, max_chars=max_chars, max_entries=limit)[0]

@@ -24,6 +24,11 @@ NOTIFICATIONS_FAILED = Counter(
     "Alert digests that could not be sent (retried at the next pass), by channel.",
     ["channel"],
 )
+NOTIFICATIONS_GIVEN_UP = Counter(
+    "gorge_webhook_alert_notifications_given_up",
+    "Alert notifications a channel refused (HTTP 4xx, SMTP 5xx) on every try: dropped so that later ones go out.",
+    ["channel"],
+)
 REQUESTS_LOST = Counter(
     "gorge_webhook_requests_lost_to_collection",
     "Queued requests Phorge's garbage collection deleted before they were delivered (counted once).",

@@ -49,7 +49,8 @@ class AlertNotification(models.Model):
     subject = models.CharField(max_length=200, blank=True)  # one line: a lone notification's e-mail subject
     text = models.TextField()
     created_at = models.DateTimeField()
-    sent_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # sent, or given up (then given_up)
+    given_up = models.BooleanField(default=False)  # the channel refused it again and again: not sent
 
     class Meta:
         ordering = ["id"]
@@ -71,6 +72,9 @@ class AlertChannel(models.Model):
     failing_since = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=200, blank=True)
     last_sent_at = models.DateTimeField(null=True, blank=True)
+    failures = models.PositiveIntegerField(default=0)  # failed sends in a row: the next waits longer
+    retry_at = models.DateTimeField(null=True, blank=True)  # no send before this (backoff after a failure)
+    refusals = models.PositiveIntegerField(default=0)  # sends in a row the channel refused as given (4xx)
 
     def __str__(self) -> str:
         return self.name

@@ -35,7 +35,7 @@ from ..web import selectors
 from ..web.health import QueueHealth
 from ..web.replica import on_master
 from . import messages, metrics
-from .channels import SENDERS, ChannelError
+from .channels import LIMITS, SENDERS, ChannelError, Limits
 from .conditions import CONDITIONS, Database, Observation, Pass, Remembered
 from .config import AlertConfig
 from .messages import PREFIX, HookRef, Message
@@ -43,6 +43,8 @@ from .models import AlertChannel, AlertCondition, AlertNotification, HookLoss, W
 
 logger = logging.getLogger(__name__)
 
+RETRY_MAX_SEC = 900.0  # a failing channel is tried at least this often
+REFUSALS_GIVEN_UP = 3  # refused this many times in a row: those notifications are dropped
 WATCH_LIMIT = 10_000  # queued requests near collection remembered per pass
 LOSS_TOLERANCE_SEC = 300  # Phorge's collector runs on its host's clock, ours on the database's
 
@@ -82,10 +84,12 @@ class TickResult:
 
 @dataclass
 class _Send:
-    ids: list[int]
+    ids: list[int]  # the part being sent (left: the part that failed)
     thread: threading.Thread
+    sent: list[int] = field(default_factory=list)  # the notifications of the parts that went out
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
+    refused: bool = False  # the channel refused what it was given: sending it again gets the same answer
 
 
 class Watcher:
@@ -450,6 +454,7 @@ class Watcher:
 
     def _deliver(self, result: TickResult) -> None:
         started: dict[str, _Send] = {}
+        now = datetime.now(UTC)
         for channel in self.config.channels:
             running = self._sending.get(channel)
             if running is not None:
@@ -457,6 +462,8 @@ class Watcher:
                     self._lease(channel)  # still in flight from an earlier pass: keep the lease, wait
                     continue
                 self._finish(channel, running, result)
+            if AlertChannel.objects.filter(name=channel, retry_at__gt=now).exists():
+                continue  # backing off after a failed send
             if not self._lease(channel):
                 continue  # another watcher sends on this channel now
             pending = list(
@@ -465,9 +472,7 @@ class Watcher:
             if not pending:
                 self._release(channel)
                 continue
-            subject, body = digest(pending)
-            send = self._start(channel, subject, body, [note.pk for note in pending])
-            started[channel] = send
+            started[channel] = self._start(channel, digests(pending, LIMITS.get(channel, LIMITS["chat"])))
         end = time.monotonic() + self.config.channel_timeout_sec + 2
         for send in started.values():
             send.done.wait(max(0.0, end - time.monotonic()))  # in parallel: a hanging channel costs the other nothing
@@ -477,22 +482,27 @@ class Watcher:
             else:
                 self._sending[channel] = send
 
-    def _start(self, channel: str, subject: str, body: str, ids: list[int]) -> _Send:
+    def _start(self, channel: str, parts: list[messages.Digest]) -> _Send:
+        """Send the parts in order from a thread of their own; the first that fails ends the send."""
         sender = self.senders[channel]
         holder: list[_Send] = []
 
         def run() -> None:
             send = holder[0]
             try:
-                sender(self.config, subject, body)
+                for part in parts:
+                    send.ids = list(part.ids)
+                    sender(self.config, part.subject, part.body)
+                    send.sent += send.ids
+                send.ids = []
             except ChannelError as exc:
-                send.error = str(exc)
+                send.error, send.refused = str(exc), exc.refused
             except Exception as exc:  # noqa: BLE001 - any failure of a channel is that channel's outage
                 send.error = type(exc).__name__
             finally:
                 send.done.set()
 
-        send = _Send(ids=ids, thread=threading.Thread(target=run, name=f"alert-{channel}", daemon=True))
+        send = _Send(ids=[], thread=threading.Thread(target=run, name=f"alert-{channel}", daemon=True))
         holder.append(send)
         send.thread.start()
         return send
@@ -500,28 +510,53 @@ class Watcher:
     def _finish(self, channel: str, send: _Send, result: TickResult) -> None:
         self._sending.pop(channel, None)
         now = datetime.now(UTC)
-        if send.error is None:
-            AlertNotification.objects.filter(pk__in=send.ids, sent_at__isnull=True).update(sent_at=now)
+        if send.sent:
+            AlertNotification.objects.filter(pk__in=send.sent, sent_at__isnull=True).update(sent_at=now)
             metrics.NOTIFICATIONS_SENT.labels(channel).inc()
-            result.sent[channel] = len(send.ids)
+            result.sent[channel] = len(send.sent)
+        if send.error is None:
             back = AlertChannel.objects.filter(name=channel, failing_since__isnull=False).update(
-                failing_since=None, last_sent_at=now
+                failing_since=None, last_sent_at=now, failures=0, refusals=0, retry_at=None
             )
             if back:
-                logger.info("alert channel works again: pending alerts sent", extra={"channel": channel})
-            else:
-                AlertChannel.objects.filter(name=channel).update(last_sent_at=now)
-        else:
-            metrics.NOTIFICATIONS_FAILED.labels(channel).inc()
-            result.failed[channel] = send.error
-            began = AlertChannel.objects.filter(name=channel, failing_since__isnull=True).update(
-                failing_since=now, last_error=send.error[:200]
-            )
-            if began:
-                logger.error(
-                    "alert channel failing: alerts wait and are retried at every pass",
-                    extra={"channel": channel, "error": send.error},
+                logger.info(
+                    "alert channel works again: pending alerts sent",
+                    extra={"event": "alert.channel_back", "channel": channel},
                 )
+            else:
+                AlertChannel.objects.filter(name=channel).update(last_sent_at=now, failures=0, refusals=0)
+            self._release(channel)
+            return
+        metrics.NOTIFICATIONS_FAILED.labels(channel).inc()
+        result.failed[channel] = send.error
+        state = AlertChannel.objects.get(name=channel)
+        failures = state.failures + 1
+        refusals = state.refusals + 1 if send.refused else 0
+        wait = min(self.config.interval_sec * 2 ** (failures - 1), RETRY_MAX_SEC)
+        AlertChannel.objects.filter(name=channel).update(
+            failures=failures, refusals=refusals, retry_at=now + timedelta(seconds=wait)
+        )
+        began = AlertChannel.objects.filter(name=channel, failing_since__isnull=True).update(
+            failing_since=now, last_error=send.error[:200]
+        )
+        if began:
+            logger.error(
+                "alert channel failing: alerts wait and are retried, less often while it keeps failing",
+                extra={"event": "alert.channel_failing", "channel": channel, "error": send.error},
+            )
+        if refusals >= REFUSALS_GIVEN_UP:
+            # The channel refuses these very notifications every time (too large, malformed for it): drop
+            # them, so that the ones after them can go out.
+            dropped = AlertNotification.objects.filter(pk__in=send.ids, sent_at__isnull=True).update(
+                sent_at=now, given_up=True
+            )
+            metrics.NOTIFICATIONS_GIVEN_UP.labels(channel).inc(dropped)
+            AlertChannel.objects.filter(name=channel).update(refusals=0, retry_at=None)
+            logger.error(
+                "alert channel refused the same alerts %d times: given up on them (they stay on the dashboard)",
+                REFUSALS_GIVEN_UP,
+                extra={"event": "alert.given_up", "channel": channel, "error": send.error, "notifications": dropped},
+            )
         self._release(channel)
 
     def send_test(self) -> dict[str, str | None]:
@@ -529,7 +564,8 @@ class Watcher:
         subject = "[gorge-webhook] test message"
         body = f"A test message from the gorge-webhook alert watcher on {socket.gethostname()}: this channel works."
         outcome: dict[str, str | None] = {}
-        sends = {channel: self._start(channel, subject, body, []) for channel in self.config.channels}
+        test = [messages.Digest(subject, body)]
+        sends = {channel: self._start(channel, test) for channel in self.config.channels}
         end = time.monotonic() + self.config.channel_timeout_sec + 2
         for channel, send in sends.items():
             send.done.wait(max(0.0, end - time.monotonic()))
@@ -537,7 +573,11 @@ class Watcher:
         return outcome
 
 
-def digest(notes: list[AlertNotification]) -> tuple[str, str]:
-    """One message for every pending notification of a channel: (subject, body)."""
-    said = messages.digest([messages.Note(note.transition, note.subject, note.text) for note in notes])
-    return said.subject, said.body
+def digests(notes: list[AlertNotification], limits: Limits) -> list[messages.Digest]:
+    """The messages that carry a channel's pending notifications, within what the channel accepts."""
+    return messages.digests(
+        [messages.Note(note.transition, note.subject, note.text, note.pk) for note in notes],
+        max_chars=limits.chars,
+        max_entries=limits.entries,
+        max_parts=limits.parts,
+    )

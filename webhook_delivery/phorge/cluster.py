@@ -7,10 +7,11 @@ GORGE_WEBHOOK_CLUSTER_DATABASES or Phorge's local file (config.py), which may na
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .. import jsonread
 
 HERALD = "herald"
 DEFAULT_PARTITION = "default"
@@ -224,8 +225,7 @@ def parse_cluster_databases(value: Any, *, default_port: int = DEFAULT_PORT) -> 
 
 def loads_cluster_databases(text: str, *, default_port: int = DEFAULT_PORT) -> ClusterDatabases:
     """`parse_cluster_databases` of the JSON text that `bin/storage partition` stores in hoststate."""
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ClusterError(f"cluster.databases is not valid JSON ({exc})") from exc
+    value = jsonread.decode(text)
+    if value is None:
+        raise ClusterError("cluster.databases is not valid JSON (or nested deeper than PHP reads)")
     return parse_cluster_databases(value, default_port=default_port)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from .. import jsonread
 from ..config import (
     CLUSTER_KEY,
     FROM_CLUSTER_VARIABLE,
@@ -52,6 +53,7 @@ COLLECTION = "phd.garbage-collection"
 SETTING_KEYS = (SILENT, BLACKLIST, BASE_URI, COLLECTION)
 REQUEST_RETENTION_SEC = 7 * 86400  # Phorge's default for herald.webhooks in phd.garbage-collection
 LOCAL_FILE_RECHECK_SEC = 1.0
+LOCAL_FILE_REREAD_SEC = 30.0  # read again this often even when nothing about the file seems to change
 
 Source = Literal["variable", "local file", "database", "Phorge's default", "unknown"]
 T = TypeVar("T")
@@ -249,7 +251,8 @@ class LocalConfigFile:
         self._clock = clock
         self._lock = threading.Lock()
         self._checked = float("-inf")
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
+        self._loaded = float("-inf")
         self._read = LocalRead(path, None, "not read yet")
 
     def read(self) -> LocalRead:
@@ -262,10 +265,12 @@ class LocalConfigFile:
             except OSError as exc:
                 self._stamp, self._read = None, LocalRead(self.path, None, exc.strerror or type(exc).__name__)
                 return self._read
-            stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
-            if stamp != self._stamp or self._read.values is None:
+            # A chmod or chown changes ctime only; the forced re-read notices what no stamp shows (an ACL).
+            stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_mode)
+            stale = self._clock() - self._loaded >= LOCAL_FILE_REREAD_SEC
+            if stamp != self._stamp or self._read.values is None or stale:
                 values, problem = read_local_file(self.path)
-                self._stamp, self._read = stamp, LocalRead(self.path, values, problem)
+                self._stamp, self._read, self._loaded = stamp, LocalRead(self.path, values, problem), self._clock()
             return self._read
 
 
@@ -351,10 +356,7 @@ class ConfigDatabase:
             logger.info(f"reading Phorge's settings from {self.table} again")
         values: dict[str, Any] = {}
         for key, value in rows:
-            try:
-                values[text(key)] = json.loads(text(value))
-            except ValueError:
-                values[text(key)] = None  # PHP's json_decode gives null
+            values[text(key)] = jsonread.decode(text(value))  # what json_decode cannot read is null
         return values
 
 

@@ -3,6 +3,8 @@ permissions (the dashboard's and the admin's), never a superuser; anyone else lo
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -20,14 +22,21 @@ def view_permissions() -> list[Permission]:
     return list(Permission.objects.filter(content_type__app_label__in=VIEW_APPS, codename__startswith="view_"))
 
 
-def _free_username(wanted: str, phid: str, user_pk: int | None) -> str:
-    user_model = get_user_model()
-    wanted = wanted[:150]
-    others = user_model.objects.filter(username=wanted)
+USERNAME = re.compile(r"[\w.@+-]{1,150}", re.ASCII)  # Django's ASCII user-name rule, as Phorge names users
+
+
+def username_for(wanted: str, phid: str, user_pk: int | None) -> str:
+    """The Django user name of a Phorge account: Phorge's user name in NFKC (a fullwidth "admin" reads admin), or
+    `phorge-<PHID>` when that has any other character, or is any other account's name in any letter case
+    (`ADMIN` beside a local `admin` would pass for it)."""
+    name = unicodedata.normalize("NFKC", wanted)
+    fallback = f"phorge-{phid}"[:150]
+    if not USERNAME.fullmatch(name):
+        return fallback
+    others = get_user_model().objects.filter(username__iexact=name)
     if user_pk is not None:
         others = others.exclude(pk=user_pk)
-    taken = others.exists() if wanted else True
-    return f"phorge-{phid}"[:150] if taken else wanted
+    return fallback if others.exists() else name
 
 
 @transaction.atomic
@@ -36,7 +45,7 @@ def admit(who: WhoAmI, token: str) -> Any:
     user_model = get_user_model()
     account = PhorgeAccount.objects.select_for_update().filter(phid=who.phid).select_related("user").first()
     user = account.user if account is not None else user_model()
-    user.username = _free_username(who.user_name, who.phid, user.pk)
+    user.username = username_for(who.user_name, who.phid, user.pk)
     user.first_name = who.real_name[:150]
     user.email = who.email[:254]
     user.is_active = True

@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from . import accounts, events
+from .backends import may_use_password
 from .models import PhorgeAccount
 from .phorge import Verdict, WhoAmI, config, unseal, whoami
 from .views import SESSION_PHID, SESSION_USER
@@ -34,8 +35,19 @@ class PhorgeRecheckMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         session = getattr(request, "session", None)
         phid = session.get(SESSION_PHID) if session is not None else None
-        if phid and request.user.is_authenticated:
-            recheck(request, str(phid))
+        if request.user.is_authenticated:
+            if phid:
+                recheck(request, str(phid))
+            elif config().only and not may_use_password(request.user):
+                # A password session from before GORGE_PHORGE_OAUTH_ONLY (or of an account no longer allowed
+                # one) ends as the login it came from would now be refused.
+                logger.info(
+                    "password session ended: only Phorge sign-in is allowed",
+                    extra=events.about(
+                        events.SESSION_ENDED, request.user.get_username(), None, reason="not a break-glass account"
+                    ),
+                )
+                _end(request, "Only Sign in with Phorge is allowed here now. Sign in again.")
         return self.get_response(request)
 
 

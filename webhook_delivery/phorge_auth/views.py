@@ -13,13 +13,15 @@ default), or the application is uninstalled, Phorge answers 404 for /oauthserver
 
 from __future__ import annotations
 
+import hmac
 import logging
-from typing import Any
+import secrets
+import threading
+import time
 
-import requests
-from authlib.integrations.base_client.errors import MismatchingStateError, OAuthError
 from django.conf import settings
 from django.contrib.auth import login, logout
+from django.core import signing
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render, resolve_url
 from django.urls import reverse
@@ -27,16 +29,34 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from .. import outbound
 from . import accounts, events
 from .config import PhorgeOAuthConfig
-from .phorge import TIMEOUT_SEC, PhorgeUnknown, Verdict, config, oauth_app, safe_error_code, whoami
+from .phorge import (
+    PhorgeSilent,
+    PhorgeUnknown,
+    TokenRefused,
+    Verdict,
+    authorize_redirect,
+    config,
+    endpoints,
+    exchange_code,
+    safe_error_code,
+    whoami,
+)
 
 logger = logging.getLogger("webhook_delivery.phorge_auth")
 
 SESSION_PHID = "phorge_auth_phid"  # set on a session that Phorge signed in: the middleware re-checks it
 SESSION_USER = "phorge_auth_user"  # the Phorge user name at sign-in, for the log lines of the session
-SESSION_NEXT = "phorge_auth_next"
-PROBE_TIMEOUT_SEC = 5
+# The sign-in under way (its state and where to go after) rides in a signed cookie, not in the session, so
+# that a stranger's visit to the login view writes no session row.
+STARTED_COOKIE = "gorge_phorge_signin"
+STARTED_SALT = "webhook_delivery.phorge_auth.started"
+STARTED_MAX_AGE = 600
+PROBE_TIMEOUT_SEC = 3
+PROBE_CACHE_SEC = 30  # Phorge is asked at most this often whether its OAuth server answers
+PROBE_FAILED_CACHE_SEC = 5  # ... and, after it did not, again this soon (it may just have been fixed)
 BACKEND = "webhook_delivery.phorge_auth.backends.LocalPasswordBackend"
 
 
@@ -77,16 +97,34 @@ def _enabled() -> PhorgeOAuthConfig:
     return conf
 
 
-def _probe(app: Any) -> int | None:
-    """The HTTP status of Phorge's auth endpoint (None: no answer), so that a Phorge outage gets this
-    service's page (with the break-glass hint) instead of the browser's "cannot connect", and an OAuth
-    Server that is not installed gets its own page instead of Phorge's 404."""
+_probed: dict[str, tuple[float, int | None]] = {}
+_probe_lock = threading.Lock()
+
+
+def forget_probes() -> None:
+    """Ask Phorge again at the next sign-in (after its configuration changed)."""
+    with _probe_lock:
+        _probed.clear()
+
+
+def _probe(url: str) -> int | None:
+    """The HTTP status of Phorge's auth endpoint (None: no answer), cached PROBE_CACHE_SEC per process: a
+    Phorge outage gets this service's page (with the break-glass hint) rather than the browser's "cannot
+    connect", an OAuth Server that is not installed a page of its own; and a stream of strangers costs
+    Phorge one question per half minute, a hung Phorge each web worker at most PROBE_TIMEOUT_SEC."""
+    with _probe_lock:
+        known = _probed.get(url)
+        if known is not None:
+            fine = known[1] is not None and known[1] < 400
+            if time.monotonic() - known[0] < (PROBE_CACHE_SEC if fine else PROBE_FAILED_CACHE_SEC):
+                return known[1]
     try:
-        probe = requests.get(app.authorize_url, timeout=PROBE_TIMEOUT_SEC, allow_redirects=False)
-    except requests.RequestException:
-        return None
-    probe.close()
-    return probe.status_code
+        status: int | None = outbound.get(url, timeout=PROBE_TIMEOUT_SEC, max_bytes=4096).status
+    except outbound.OutboundError:
+        status = None
+    with _probe_lock:
+        _probed[url] = (time.monotonic(), status)
+    return status
 
 
 def _oauth_server_missing(request: HttpRequest) -> HttpResponse:
@@ -107,15 +145,13 @@ def _oauth_server_missing(request: HttpRequest) -> HttpResponse:
 def start(request: HttpRequest) -> HttpResponse:
     conf = _enabled()
     try:
-        app = oauth_app(conf)
-    except PhorgeUnknown:
-        return _page(
-            request,
-            503,
-            "Phorge's address is not known",
-            "Set GORGE_PHORGE_OAUTH_URL (or let this service read Phorge's phabricator.base-uri).",
+        authorize_url = endpoints(conf).authorize_url
+    except PhorgeUnknown as exc:
+        logger.warning(
+            "Phorge sign-in not started: %s", exc, extra=events.event(events.PHORGE_UNREACHABLE, reason=str(exc))
         )
-    status = _probe(app)
+        return _page(request, 503, "Phorge's address is not known", f"{exc}.")
+    status = _probe(authorize_url)
     if status == 404:
         logger.warning(
             "Phorge sign-in not started: Phorge answers 404 for its OAuth Server, a prototype application "
@@ -135,28 +171,56 @@ def start(request: HttpRequest) -> HttpResponse:
     safe = url_has_allowed_host_and_scheme(
         wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     )
-    request.session[SESSION_NEXT] = wanted if safe else ""
-    response: HttpResponse = app.authorize_redirect(request, redirect_uri(request, conf))
+    state = secrets.token_urlsafe(32)
+    response = HttpResponseRedirect(authorize_redirect(conf, redirect_uri(request, conf), state))
+    response.set_cookie(
+        STARTED_COOKIE,
+        signing.dumps({"state": state, "next": wanted if safe else ""}, salt=STARTED_SALT, compress=True),
+        max_age=STARTED_MAX_AGE,
+        secure=request.is_secure(),
+        httponly=True,
+        samesite="Lax",  # Phorge sends the browser back with a top-level GET: the cookie goes along
+        path=reverse("phorge_auth:callback"),
+    )
+    return response
+
+
+def _started(request: HttpRequest) -> dict[str, str] | None:
+    """The sign-in this browser started (its state and next), None when there is none or it is not ours."""
+    raw = request.COOKIES.get(STARTED_COOKIE)
+    if not raw:
+        return None
+    try:
+        value = signing.loads(raw, salt=STARTED_SALT, max_age=STARTED_MAX_AGE)
+    except (signing.BadSignature, ValueError):  # SignatureExpired is a BadSignature
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("state"), str):
+        return None
+    return {"state": value["state"], "next": str(value.get("next") or "")}
+
+
+def _forget_started(response: HttpResponse) -> HttpResponse:
+    response.delete_cookie(STARTED_COOKIE, path=reverse("phorge_auth:callback"), samesite="Lax")
     return response
 
 
 @never_cache
 @require_GET
 def callback(request: HttpRequest) -> HttpResponse:
+    return _forget_started(_callback(request))
+
+
+def _callback(request: HttpRequest) -> HttpResponse:
     conf = _enabled()
-    wanted = str(request.session.pop(SESSION_NEXT, "") or "")
-    try:
-        app = oauth_app(conf)
-        token = app.authorize_access_token(request, timeout=TIMEOUT_SEC)
-    except PhorgeUnknown:
-        logout(request)
-        return _unreachable(request)
-    except MismatchingStateError:
+    started = _started(request)
+    given = request.GET.get("state", "")
+    if started is None or not hmac.compare_digest(started["state"].encode(), given.encode()):
+        # Not the answer to a sign-in this browser started: refused, and whatever session it has is left
+        # alone (else any link to the callback would sign its visitor out).
         logger.warning(
             "Phorge sign-in refused: the state does not match one this browser started",
             extra=events.event(events.REFUSED, reason="state mismatch"),
         )
-        logout(request)
         return _page(
             request,
             400,
@@ -164,42 +228,21 @@ def callback(request: HttpRequest) -> HttpResponse:
             "The answer from Phorge does not belong to a sign-in this browser started (its state does not "
             "match), or it was already used. Start again from the login page.",
         )
-    except OAuthError as error:
-        code = safe_error_code(error.error)
-        logger.warning(
-            "Phorge sign-in refused by Phorge's OAuth server: %s",
-            code,
-            extra=events.event(events.REFUSED, reason=f"OAuth error {code}"),
-        )
-        logout(request)
-        return _page(
-            request,
-            400,
-            "Phorge refused the sign-in",
-            f"Phorge's OAuth server answered {code}. The sign-in link may have expired or been used "
-            "already, or the OAuth client is registered with another redirect URI. Start again from the "
-            "login page; if it keeps failing, ask whoever administers Phorge to check the OAuth client.",
-        )
-    except ValueError:
-        logger.warning(
-            "Phorge sign-in failed: the token endpoint's answer is not OAuth JSON",
-            extra=events.event(events.PHORGE_UNREACHABLE, reason="token endpoint: not OAuth JSON"),
-        )
+    wanted = started["next"]
+    if request.GET.get("error"):
+        return _refused_by_oauth(request, safe_error_code(request.GET.get("error")))
+    try:
+        access_token = exchange_code(conf, request.GET.get("code", ""), redirect_uri(request, conf))
+    except PhorgeUnknown:
         logout(request)
         return _unreachable(request)
-    except requests.RequestException as error:
+    except TokenRefused as refused:
+        return _refused_by_oauth(request, refused.code)
+    except PhorgeSilent as silent:
         logger.warning(
-            "Phorge sign-in failed: Phorge is unreachable (%s)",
-            type(error).__name__,
-            extra=events.event(events.PHORGE_UNREACHABLE, reason=f"token endpoint: {type(error).__name__}"),
-        )
-        logout(request)
-        return _unreachable(request)
-    access_token = token.get("access_token") if isinstance(token, dict) else None
-    if not isinstance(access_token, str) or not access_token:
-        logger.warning(
-            "Phorge sign-in failed: the token endpoint gave no access token",
-            extra=events.event(events.PHORGE_UNREACHABLE, reason="token endpoint: no access token"),
+            "Phorge sign-in failed: %s",
+            silent,
+            extra=events.event(events.PHORGE_UNREACHABLE, reason=str(silent)),
         )
         logout(request)
         return _unreachable(request)
@@ -239,3 +282,20 @@ def callback(request: HttpRequest) -> HttpResponse:
     request.session[SESSION_USER] = who.user_name
     logger.info("Phorge administrator signed in", extra=events.about(events.SIGNED_IN, who.user_name, who.phid))
     return HttpResponseRedirect(wanted or resolve_url(settings.LOGIN_REDIRECT_URL))
+
+
+def _refused_by_oauth(request: HttpRequest, code: str) -> HttpResponse:
+    logger.warning(
+        "Phorge sign-in refused by Phorge's OAuth server: %s",
+        code,
+        extra=events.event(events.REFUSED, reason=f"OAuth error {code}"),
+    )
+    logout(request)
+    return _page(
+        request,
+        400,
+        "Phorge refused the sign-in",
+        f"Phorge's OAuth server answered {code}. The sign-in link may have expired or been used "
+        "already, or the OAuth client is registered with another redirect URI. Start again from the "
+        "login page; if it keeps failing, ask whoever administers Phorge to check the OAuth client.",
+    )
