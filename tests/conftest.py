@@ -4,7 +4,10 @@ helpers they use are in tests/helpers.py."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,7 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from tests.helpers import CHROMIUM, CHROMIUM_ARGS, Phorge, mysql_admin, throwaway_name, viewer
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS, Phorge, mysql_admin, throwaway_name, viewer, worker_env
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery.phorge.seeding import create_herald_tables
@@ -159,3 +162,48 @@ def chromium(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="session")
+def site_database() -> Iterator[str]:
+    """Django's own tables in a throwaway MariaDB database (gwtest<pid>_site), migrated once, for real
+    processes that share them as a deployment does (workers, watchers, commands)."""
+    name = f"gwtest{os.getpid()}_site"
+    admin = mysql_admin()
+    cursor = admin.cursor()
+    cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    from tests.processes import ROOT
+    from tests.settings import TEST_SERVER
+
+    url = f"{TEST_SERVER}/{name}"
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=worker_env(DATABASE_URL=url),
+        check=True,
+        timeout=120,
+    )
+    yield url
+    cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    admin.close()
+
+
+@pytest.fixture
+def site(site_database: str) -> str:
+    """That database, emptied of the rows an earlier test left."""
+    name = site_database.rsplit("/", 1)[1]
+    admin = mysql_admin(name)
+    cursor = admin.cursor()
+    for table in (
+        "delivery_alerts_alertcondition",
+        "delivery_alerts_alertnotification",
+        "delivery_alerts_alertchannel",
+        "delivery_alerts_watchedrequest",
+        "delivery_alerts_hookloss",
+        "delivery_status_workerheartbeat",
+        "delivery_status_hookhold",
+    ):
+        cursor.execute(f"DELETE FROM `{table}`")
+    admin.close()
+    return site_database

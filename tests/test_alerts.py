@@ -7,13 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +21,6 @@ from tests.alert_channels import Chat, Smtp
 from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
 from tests.processes import ROOT, WorkerProcess, wait_for
 from tests.receiver import Receiver
-from tests.settings import TEST_SERVER
 from webhook_delivery.alerts import metrics
 from webhook_delivery.alerts.config import AlertConfig
 from webhook_delivery.alerts.models import AlertChannel, AlertCondition, AlertNotification, HookLoss
@@ -231,44 +228,6 @@ def test_failing_channels_are_logged_once_and_catch_up_when_back(
 
 
 # -- processes against a shared MariaDB `default` database -------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def site_database() -> Iterator[str]:
-    name = f"gwtest{os.getpid()}_site"
-    admin = mysql_admin()
-    cursor = admin.cursor()
-    cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
-    cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    url = f"{TEST_SERVER}/{name}"
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=worker_env(DATABASE_URL=url),
-        check=True,
-        timeout=120,
-    )
-    yield url
-    cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
-    admin.close()
-
-
-@pytest.fixture
-def site(site_database: str) -> str:
-    name = site_database.rsplit("/", 1)[1]
-    admin = mysql_admin(name)
-    cursor = admin.cursor()
-    for table in (
-        "delivery_alerts_alertcondition",
-        "delivery_alerts_alertnotification",
-        "delivery_alerts_alertchannel",
-        "delivery_alerts_watchedrequest",
-        "delivery_alerts_hookloss",
-        "delivery_status_workerheartbeat",
-    ):
-        cursor.execute(f"DELETE FROM `{table}`")
-    admin.close()
-    return site_database
 
 
 class WatcherProcess(WorkerProcess):

@@ -299,3 +299,50 @@ def test_an_outage_of_djangos_database_keeps_the_holds_and_the_other_hooks_flowi
         messages.count("cannot read hook holds from Django's database (DATABASE_URL): keeping the holds last read") == 1
     )
     assert "hook holds read again" in messages
+
+
+@pytest.mark.slow
+def test_hold_returns_once_running_workers_start_no_more_calls_for_the_hook(
+    phorge: Phorge, workers: Any, tmp_path: Path
+) -> None:
+    shared = Shared(tmp_path)
+    with Receiver(slow_seconds=0.05) as receiver:
+        busy = phorge.hook(receiver.url("/busy/slow"))
+        also = phorge.hook(receiver.url("/also/slow"))
+        workers("running", "--poll-interval-ms", "50", **shared.env).start()
+        seed(phorge, [busy], 400)
+        seed(phorge, [also], 400)
+        wait_for(lambda: len(calls(receiver, "/busy/")) >= 5, 30, "the hook's deliveries flowing")
+        done = shared.command("--hook", busy, "--hook", also, "--reason", "both receivers move")
+        returned = time.time()
+        assert f"Held {busy}" in done.stdout and f"Held {also}" in done.stdout, "every --hook is held"
+        assert "Every running worker (1) has read the 2 holds" in done.stdout
+        started_after = [
+            r for r in list(receiver.requests) if r.path.startswith(("/busy/", "/also/")) and r.at > returned
+        ]
+        assert len(started_after) <= 2, "at most the calls already under way, one per hook"
+        time.sleep(1.0)
+        assert [r for r in list(receiver.requests) if r.at > returned + 0.2] == []
+        assert {phid for phid, _, _, _ in holds_listed(shared)} == {busy, also}
+
+
+def holds_listed(shared: Shared) -> list[tuple[str, ...]]:
+    lines = shared.command("--list").stdout.splitlines()
+    return [tuple(line.split("\t")) for line in lines if line.startswith("PHID-")]
+
+
+@pytest.mark.slow
+def test_hold_says_which_running_workers_have_not_confirmed(phorge: Phorge, tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    shared = Shared(tmp_path)
+    hook = phorge.hook("http://127.0.0.1:9/x")
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    shared.sql(  # a worker that beats but never reads holds (a version before them, or stuck)
+        "INSERT INTO delivery_status_workerheartbeat (worker_id, hostname, pid, started_at, last_seen, state) "
+        f"VALUES ('old:1:abcdef', 'old', 1, '{now}', '{now}', '{{}}')"
+    )
+    started = time.monotonic()
+    done = shared.command("--hook", hook)
+    assert time.monotonic() - started < 30
+    assert "1 running worker(s) have not confirmed the hold within 15 s (old:1:abcdef)" in done.stdout

@@ -95,6 +95,7 @@ class WorkerStatus:
     hooks_in_backoff: int
     hooks_misconfigured: int
     hooks_lock_busy: int
+    hooks_held: frozenset[str]  # the holds this process had read at the beat: it starts no call for these
     degraded: Mapping[str, int]  # cumulative counters of this process, by reason
     counts: Mapping[str, int]
 
@@ -159,6 +160,7 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
                 hooks_in_backoff=_size(state.get("hooks_in_backoff")),
                 hooks_misconfigured=_size(state.get("hooks_misconfigured")),
                 hooks_lock_busy=_size(state.get("hooks_lock_busy")),
+                hooks_held=frozenset(str(phid) for phid in state.get("hooks_held") or () if isinstance(phid, str)),
                 degraded={k.removeprefix("degraded."): v for k, v in counts.items() if k.startswith("degraded.")},
                 counts=counts,
             )

@@ -14,6 +14,7 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,8 +113,10 @@ class JobRunner:
         stopping: threading.Event,
         php: PhpWatch | None = None,
         attempts: AttemptLog | None = None,
+        held: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self.config = config
+        self.held = held  # the hooks an operator holds now (read at each heartbeat)
         self.store = store
         self.locks = locks
         self.dispatcher = dispatcher
@@ -249,6 +252,8 @@ class JobRunner:
         lost_once: set[int] = set()
         locked = token != UNLOCKED
         while pending and not self.stopping.is_set():
+            if job.hook_phid in self.held():
+                return  # held since the job began: no new call (hold_webhooks waits for this)
             row = pending.pop(0)
             held, lock = self.locks.for_claim(name, token) if locked else (True, None)
             if not held:

@@ -109,6 +109,7 @@ class Worker:
             stopping=self.stopping,
             php=self.php,
             attempts=self.attempts,
+            held=lambda: self.scheduler.held,
         )
         self.hooks: dict[str, Hook] = {}
         self._hooks_loaded = 0.0

@@ -1,24 +1,28 @@
-"""`manage.py hold_webhooks`: stop delivering one hook's requests without losing them, and start again.
+"""`manage.py hold_webhooks`: stop delivering hooks' requests without losing them, and start again.
 
-A held hook's requests stay `queued` in Phorge, untouched: no worker claims them (running workers see a
-hold or a release within a heartbeat, 5 s), and after the release each goes out once. Holds live in
-Django's own database (status.models.HookHold).
+A held hook's requests stay `queued` in Phorge, untouched: no worker claims them, and after the release each
+goes out once. Running workers read the holds at each heartbeat (5 s); a hold returns once every running
+worker's heartbeat says it has read it (from then on none starts a call for the hook; one already under way
+finishes), or says which have not, after CONFIRM_SEC. Holds live in Django's own database (HookHold).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from webhook_delivery.phorge.herald import utc
-from webhook_delivery.records import holds
+from webhook_delivery.records import heartbeat, holds
 from webhook_delivery.terminal import printable
 from webhook_delivery.worker.store import Store
 
 logger = logging.getLogger("webhook_delivery.records.holds")
+CONFIRM_SEC = 15.0  # three heartbeats: a running worker that has not confirmed by then is named
 
 
 class Command(BaseCommand):
@@ -28,7 +32,16 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--hook", metavar="PHID", help="the hook (PHID-HWBH-...) to hold or release")
+        parser.add_argument(
+            "--hook",
+            metavar="PHID",
+            action="append",
+            default=[],
+            help="a hook (PHID-HWBH-...) to hold or release; repeat it for several",
+        )
+        parser.add_argument(
+            "--no-wait", action="store_true", help="return at once, without waiting for the running workers"
+        )
         parser.add_argument("--reason", default="", help=f"why, shown with the hold (at most {holds.REASON_MAX})")
         parser.add_argument("--by", metavar="WHO", help="who holds it (default: the operating system user)")
         action = parser.add_mutually_exclusive_group()
@@ -44,15 +57,18 @@ class Command(BaseCommand):
                 return
             if not options["hook"]:
                 raise CommandError("--hook PHID is required (or --list)")
-            phid = holds.check_hook_phid(options["hook"])
+            phids = list(dict.fromkeys(holds.check_hook_phid(phid) for phid in options["hook"]))
             if options["release"]:
                 if options["reason"] or options["by"]:
                     raise CommandError("--release takes only --hook")
-                self._release(phid)
+                for phid in phids:
+                    self._release(phid)
                 return
             reason = holds.check_reason(options["reason"])
             held_by = holds.check_held_by(holds.os_user() if options["by"] is None else options["by"])
-            self._hold(phid, reason, held_by)
+            made = [phid for phid in phids if self._hold(phid, reason, held_by)]
+            if made and not options["no_wait"]:
+                self._confirm(made)
         except holds.HoldError as exc:
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
@@ -61,7 +77,8 @@ class Command(BaseCommand):
                 "changed"
             ) from None
 
-    def _hold(self, phid: str, reason: str, held_by: str) -> None:
+    def _hold(self, phid: str, reason: str, held_by: str) -> bool:
+        """Hold one hook; whether this call made the hold."""
         try:
             hooks = Store().hooks()
         except DatabaseError as exc:
@@ -75,18 +92,46 @@ class Command(BaseCommand):
         name = printable(hook.name)  # Phorge's text
         if not created:
             self.stdout.write(f"{phid} ({name}) is already held: {self._describe(hold)}. Nothing was changed.")
-            return
-        logger.warning("hook held", extra={"hook": phid, "held_by": held_by})
+            return False
+        logger.warning("hook held", extra={"event": "hold.held", "hook": phid, "held_by": held_by})
         self.stdout.write(
             f"Held {phid} ({name}): workers claim none of its requests, which stay queued in Phorge, until "
-            f"`manage.py hold_webhooks --release --hook {phid}`. Running workers see it within seconds."
+            f"`manage.py hold_webhooks --release --hook {phid}`."
         )
+        return True
+
+    def _confirm(self, phids: list[str]) -> None:
+        """Wait until every running worker's heartbeat lists the holds, and say so (or who has not)."""
+        since = datetime.now(UTC)
+        deadline = time.monotonic() + CONFIRM_SEC
+        while True:
+            now = datetime.now(UTC)
+            running = [beat for beat in heartbeat.workers(now) if beat.alive and not beat.stopping]
+            waiting = [beat for beat in running if not (beat.last_seen >= since and set(phids) <= beat.hooks_held)]
+            if not waiting:
+                break
+            if time.monotonic() >= deadline:
+                names = ", ".join(printable(beat.worker_id) for beat in waiting[:5])
+                self.stdout.write(
+                    f"{len(waiting)} running worker(s) have not confirmed the hold within {CONFIRM_SEC:.0f} s "
+                    f"({names}): until they read it, they may still start calls for it. Their log says when they do."
+                )
+                return
+            time.sleep(0.2)
+        what = "the hold" if len(phids) == 1 else f"the {len(phids)} holds"
+        if running:
+            self.stdout.write(
+                f"Every running worker ({len(running)}) has read {what}: none starts a call for it any more "
+                "(a call already under way finishes)."
+            )
+        else:
+            self.stdout.write(f"No worker is running: {what} is in force for every worker that starts.")
 
     def _release(self, phid: str) -> None:
         released = holds.release(phid)
         if released is None:
             raise CommandError(f"{phid} is not held: nothing was changed")
-        logger.warning("hook hold released", extra={"hook": phid})
+        logger.warning("hook hold released", extra={"event": "hold.released", "hook": phid})
         self.stdout.write(
             f"Released {phid} (held {self._describe(released)}): running workers deliver its queued requests "
             "within seconds."
