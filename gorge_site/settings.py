@@ -142,6 +142,12 @@ if _loaded.replica_url:  # a replica of herald's master: reads of the pages, adm
     DATABASES[REPLICA_ALIAS] = _database(_loaded.replica_url, "GORGE_WEBHOOK_REPLICA_DATABASE_URL") | {
         "CONN_MAX_AGE": 60
     }
+    # Short bounds: a replica that accepts and never answers must cost a page little (web/replica.py then
+    # reads the master for a while), and the pages' reads are light.
+    _replica_options = dict(DATABASES[REPLICA_ALIAS].get("OPTIONS") or {})  # type: ignore[call-overload]
+    if DATABASES[REPLICA_ALIAS].get("ENGINE") == "django.db.backends.mysql":
+        _replica_options.update(connect_timeout=2, read_timeout=10, write_timeout=10)
+        DATABASES[REPLICA_ALIAS]["OPTIONS"] = _replica_options
 DATABASE_ROUTERS = ["gorge_site.routers.PhorgeRouter"]
 MIGRATION_MODULES = {"webhook_delivery": None}
 

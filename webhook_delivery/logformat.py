@@ -64,4 +64,5 @@ class JsonFormatter(logging.Formatter):
         entry.update(fields(record))
         if record.exc_info and record.exc_info[0] is not None:
             entry["exception"] = record.exc_info[0].__name__
-        return json.dumps(entry, ensure_ascii=False)
+        # All of ASCII: C1 controls, DEL, U+2028 and bidirectional overrides reach a log shipper only escaped.
+        return json.dumps(entry).replace("\x7f", "\\u007f")

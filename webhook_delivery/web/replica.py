@@ -26,6 +26,7 @@ from ..config import PHORGE_ALIAS, REPLICA_ALIAS
 logger = logging.getLogger(__name__)
 
 LAG_CACHE_SEC = 5.0
+REPLICA_DOWN_SEC = 60.0  # a replica whose lag could not be read is not asked again for this long
 _LAG_COLUMNS = ("Seconds_Behind_Master", "Seconds_Behind_Source")
 _pinned: contextvars.ContextVar[str | None] = contextvars.ContextVar("gorge_herald_reads", default=None)
 
@@ -39,6 +40,7 @@ class ReplicaState:
     lag_sec: int | None = None
     max_lag_sec: int = 0
     reason: str = ""
+    unreachable: bool = False  # the replica did not answer: not asked again for REPLICA_DOWN_SEC
 
     def as_json(self) -> dict[str, Any]:
         return {"in_use": self.in_use, "lag_sec": self.lag_sec, "max_lag_sec": self.max_lag_sec, "reason": self.reason}
@@ -61,7 +63,9 @@ class _Lag:
             return NO_REPLICA
         with self._lock:
             cached = self._cached
-            if cached is not None and time.monotonic() - cached[0] < LAG_CACHE_SEC:
+            if cached is not None and time.monotonic() - cached[0] < (
+                REPLICA_DOWN_SEC if cached[1].unreachable else LAG_CACHE_SEC
+            ):
                 return cached[1]
             state = self._read(settings.GORGE_WEBHOOK.replica_max_lag_sec)
             self._cached = (time.monotonic(), state)
@@ -74,8 +78,8 @@ class _Lag:
             return state
 
     def _read(self, bound: int) -> ReplicaState:
-        def unused(reason: str, lag: int | None = None) -> ReplicaState:
-            return ReplicaState(configured=True, lag_sec=lag, max_lag_sec=bound, reason=reason)
+        def unused(reason: str, lag: int | None = None, *, unreachable: bool = False) -> ReplicaState:
+            return ReplicaState(configured=True, lag_sec=lag, max_lag_sec=bound, reason=reason, unreachable=unreachable)
 
         connection = connections[REPLICA_ALIAS]
         try:
@@ -89,7 +93,10 @@ class _Lag:
         except DatabaseError as exc:
             connection.close()
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-            return unused(f"the replica's lag cannot be read (error {code})")
+            return unused(
+                f"the replica's lag cannot be read (error {code}); asked again in {REPLICA_DOWN_SEC:.0f} s",
+                unreachable=True,
+            )
         if row is None:
             return unused("the replica database is not replicating (SHOW REPLICA STATUS is empty)")
         status = dict(zip(names, row, strict=False))
