@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from tests.helpers import PHORGE_DB, Phorge, worker_env
 from tests.phorge_app_db import AppDatabases
@@ -41,7 +40,7 @@ def test_the_reader_gives_null_for_what_json_decode_cannot_read() -> None:
 
 @PHORGE_DB
 def test_a_deep_config_entry_row_crashes_neither_the_worker_nor_check_nor_a_page(
-    phorge: Phorge, worker_db: AppDatabases, admin_client: Any
+    phorge: Phorge, worker_db: AppDatabases, admin_client: Any, settings: Any
 ) -> None:
     worker_db.create(["config"])
     for key in ("phabricator.silent", "security.outbound-blacklist", "phabricator.base-uri", "phd.garbage-collection"):
@@ -59,7 +58,7 @@ def test_a_deep_config_entry_row_crashes_neither_the_worker_nor_check_nor_a_page
 
 @PHORGE_DB
 def test_a_deep_partition_map_in_hoststate_is_a_problem_said_not_a_crash(
-    phorge: Phorge, worker_db: AppDatabases, admin_client: Any
+    phorge: Phorge, worker_db: AppDatabases, admin_client: Any, settings: Any
 ) -> None:
     worker_db.create(["meta_data"])
     worker_db.execute(
@@ -204,6 +203,8 @@ def test_a_replica_that_accepts_and_never_answers_costs_the_pages_little(phorge:
 
 
 def phorge_database() -> str:
+    from django.conf import settings
+
     return str(settings.DATABASES["phorge"]["NAME"])
 
 

@@ -126,7 +126,7 @@ def test_the_local_file_is_reread_when_it_changes_and_problems_are_named(tmp_pat
     assert local.read().values == {}
     path.write_text('{"phabricator.silent": tru')
     now[0] += 1.1
-    assert local.read().problem == "not valid JSON"
+    assert local.read().problem == "not valid JSON (or nested deeper than PHP reads)"
     path.write_text('["phabricator.silent"]')
     now[0] += 1.1
     assert local.read().problem == "not a JSON object of option to value"
