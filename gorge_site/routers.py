@@ -13,7 +13,7 @@ class PhorgeRouter:
     def db_for_read(self, model: type[Any], **hints: Any) -> str | None:
         if model._meta.app_label != PHORGE_APP:
             return None
-        from webhook_delivery.web.replica import read_alias  # the admin's reads may go to a replica
+        from webhook_delivery.reads.replica import read_alias  # the admin's reads may go to a replica
 
         return read_alias()
 

@@ -20,7 +20,7 @@ from tests.helpers import CHROMIUM, CHROMIUM_ARGS, Phorge, mysql_admin, throwawa
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery.phorge.seeding import create_herald_tables
-from webhook_delivery.web import phorge_status
+from webhook_delivery.reads import phorge_status
 
 
 @pytest.fixture(scope="session")

@@ -22,8 +22,8 @@ from webhook_delivery.alerts.config import AlertConfig
 from webhook_delivery.alerts.messages import SUBJECT_LIMIT
 from webhook_delivery.alerts.models import AlertCondition, AlertNotification
 from webhook_delivery.alerts.watcher import Watcher
+from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.models import WorkerHeartbeat
-from webhook_delivery.web import phorge_status
 from webhook_delivery.wording import ELLIPSIS
 
 pytestmark = PHORGE_DB

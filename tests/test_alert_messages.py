@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook_delivery.alerts import messages
+from webhook_delivery.alerts import digests, messages
 from webhook_delivery.alerts.messages import SUBJECT_LIMIT, HookRef, Links, Message
 from webhook_delivery.wording import ELLIPSIS, cut, duration, moment
 
@@ -189,12 +189,12 @@ def test_stalled_and_database_say_how_long() -> None:
 
 def test_a_digest_of_one_keeps_its_subject_and_many_are_counted() -> None:
     said = messages.failing(failing(), LINKS)
-    one = messages.digest([messages.Note("entered", said.subject, said.text("entered"))])
+    one = digests.digest([digests.Note("entered", said.subject, said.text("entered"))])
     assert one.subject == said.subject and one.body.startswith("ALERT      Hook `ci-bridge`")
-    notes = [messages.Note("entered", said.subject, said.text("entered"))] * 3 + [
-        messages.Note("recovered", "x", "RECOVERED  y")
+    notes = [digests.Note("entered", said.subject, said.text("entered"))] * 3 + [
+        digests.Note("recovered", "x", "RECOVERED  y")
     ]
-    many = messages.digest(notes)
+    many = digests.digest(notes)
     assert many.subject == "[gorge-webhook] 3 new alerts, 1 recovered"
     assert many.body.startswith("gorge-webhook: 3 new alerts, 1 recovered\n\nALERT")
 

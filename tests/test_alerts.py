@@ -24,8 +24,8 @@ from tests.receiver import Receiver
 from webhook_delivery.alerts import metrics
 from webhook_delivery.alerts.config import AlertConfig
 from webhook_delivery.alerts.models import AlertChannel, AlertCondition, AlertNotification, HookLoss
-from webhook_delivery.alerts.selectors import active_alerts, lost_total
 from webhook_delivery.alerts.watcher import Watcher
+from webhook_delivery.reads.alert_state import active_alerts, lost_total
 
 pytestmark = PHORGE_DB
 

@@ -15,7 +15,7 @@ from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery.config import default_blacklist
-from webhook_delivery.web import phorge_status, selectors
+from webhook_delivery.reads import phorge_status, selectors
 from webhook_delivery.worker.loop import Worker
 
 pytestmark = PHORGE_DB

@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers import PHORGE_DB, Phorge
 from tests.test_api import phorge_unreachable
 from tests.ui_helpers import properties, seed_contract
+from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.models import WorkerHeartbeat
 from webhook_delivery.state import PhpDelivery
-from webhook_delivery.web import phorge_status
 from webhook_delivery.web.metrics import COLLECTOR
 
 pytestmark = PHORGE_DB

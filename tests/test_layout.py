@@ -10,6 +10,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "webhook_delivery"
 WORKER = "webhook_delivery.worker"
 WEB = "webhook_delivery.web"
+ALERTS = "webhook_delivery.alerts"
+READS = "webhook_delivery.reads"
+ALERT_MODELS = "webhook_delivery.alerts.models"  # the alert state's tables: read by reads/alert_state.py
 
 # Django finds these at the app's root; they serve pages, so they count as the web side.
 WEB_DISCOVERY = ["admin.py", "urls.py", "templatetags", "records/admin.py", "phorge_auth"]
@@ -51,13 +54,41 @@ def _under(module: str, package: str) -> bool:
 
 
 @pytest.mark.parametrize("path", python_files("web", *WEB_DISCOVERY), ids=lambda path: str(path.relative_to(PACKAGE)))
-def test_nothing_on_the_web_side_imports_the_worker_side(path: Path) -> None:
-    assert not [module for module in imports_of(path) if _under(module, WORKER)]
+def test_nothing_on_the_web_side_imports_the_worker_or_the_watcher(path: Path) -> None:
+    assert not [module for module in imports_of(path) if _under(module, WORKER) or _under(module, ALERTS)]
+
+
+@pytest.mark.parametrize("path", python_files("alerts"), ids=lambda path: str(path.relative_to(PACKAGE)))
+def test_the_watcher_imports_neither_the_web_side_nor_the_worker(path: Path) -> None:
+    assert not [module for module in imports_of(path) if _under(module, WORKER) or _under(module, WEB)]
+
+
+@pytest.mark.parametrize("path", python_files("reads"), ids=lambda path: str(path.relative_to(PACKAGE)))
+def test_the_shared_reads_import_no_process(path: Path) -> None:
+    """reads/ is what the pages and the watcher both read through; it depends on neither (the alert
+    state's models aside, which it reads)."""
+    found = [
+        module
+        for module in imports_of(path)
+        if _under(module, WORKER)
+        or _under(module, WEB)
+        or (_under(module, ALERTS) and not _under(module, ALERT_MODELS))
+    ]
+    assert not found
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert long == {}
 
 
 @pytest.mark.parametrize("path", python_files("phorge"), ids=lambda path: str(path.relative_to(PACKAGE)))
 def test_phorges_values_and_rules_import_neither_process(path: Path) -> None:
-    assert not [module for module in imports_of(path) if _under(module, WORKER) or _under(module, WEB)]
+    assert not [
+        module for module in imports_of(path) if any(_under(module, side) for side in (WORKER, WEB, ALERTS, READS))
+    ]
 
 
 def test_the_dispatcher_touches_no_database() -> None:

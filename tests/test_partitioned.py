@@ -272,7 +272,7 @@ def test_check_readiness_and_health_say_it(client: Any, partitioned: AppDatabase
     assert OTHER_MASTER in health["phorge_partitioned"]["warning"]
 
     partitioned.partition_map(None)
-    from webhook_delivery.web import phorge_status
+    from webhook_delivery.reads import phorge_status
 
     phorge_status._php_guard.cache_clear()
     phorge_status._masters.cache_clear()

@@ -27,7 +27,7 @@ from tests.receiver import Receiver
 from webhook_delivery.config import default_blacklist
 from webhook_delivery.phorge.config import REQUEST_RETENTION_SEC, LocalConfigFile, LocalRead, resolve
 from webhook_delivery.phorge.locks import webhook_lock_name
-from webhook_delivery.web import phorge_status
+from webhook_delivery.reads import phorge_status
 from webhook_delivery.worker.loop import Worker
 
 pytestmark = PHORGE_DB

@@ -184,7 +184,7 @@ def test_only_phorge_sign_in_ends_password_sessions_but_the_break_glass_ones(
 def test_phorges_address_never_comes_from_its_database(
     phorge: Phorge, app_databases: AppDatabases, settings: Any, tmp_path: Any
 ) -> None:
-    from webhook_delivery.web import phorge_status
+    from webhook_delivery.reads import phorge_status
 
     app_databases.create(["config"])
     app_databases.config("phabricator.base-uri", json.dumps("https://attacker.example/"))

@@ -24,7 +24,9 @@ from .phorge.herald import text, utc
 from .phorge.outcomes import is_success
 from .phorge.payload import phid_get_type
 from .phorge.phpjson import UndecodableProperties, decode_properties
-from .web import links, object_names, phorge_status, selectors
+from .reads import herald as selectors
+from .reads import object_names, phorge_status
+from .web import links
 
 admin.site.site_header = "gorge-webhook"
 admin.site.site_title = "gorge-webhook"
@@ -229,7 +231,7 @@ class HeraldWebhookRequestAdmin(ReadOnlyAdmin):
         if not hasattr(obj, "object_name"):  # the form of one request: not named with a page
             obj.object_name = object_names.object_names([obj.object_phid]).get(obj.object_phid)
         name = obj.object_name
-        shown = phid_get_type(obj.object_phid) if name is None else object_names.object_link(name, self._base)
+        shown = phid_get_type(obj.object_phid) if name is None else links.object_link(name, self._base)
         return format_html('{}<br><code style="{}">{}</code>', shown, PHID_STYLE, obj.object_phid)
 
     @admin.display(description="outcome")

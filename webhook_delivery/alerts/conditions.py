@@ -19,13 +19,13 @@ from django.db.models import Min, Q
 
 from ..config import DeliveryConfig
 from ..phorge.config import REQUEST_RETENTION_SEC
+from ..reads import phorge_status, watching
+from ..reads.health import HookHealth, QueueHealth
+from ..reads.object_names import object_names
 from ..records import heartbeat
 from ..records.heartbeat import WorkerStatus
 from ..records.models import DeliveryAttempt
 from ..state import PhpDelivery
-from ..web import phorge_status, selectors
-from ..web.health import HookHealth, QueueHealth
-from ..web.object_names import object_names
 from . import messages
 from .config import AlertConfig
 from .messages import HookRef, Links, Message
@@ -145,9 +145,9 @@ class Receivers(AtOnce):
         troubled = [hook for hook in health.hooks if hook.state in ("failing", "backoff")]
         if not troubled:
             return []
-        incidents = selectors.incidents({hook.phid: hook.last_success or 0 for hook in troubled})
+        incidents = watching.incidents({hook.phid: hook.last_success or 0 for hook in troubled})
         since = _failing_since(troubled, incidents)
-        last_errors = selectors.last_errors([hook.phid for hook in troubled])
+        last_errors = watching.last_errors([hook.phid for hook in troubled])
         names = object_names(error.object_phid for error in last_errors.values())
         found = []
         for hook in troubled:
@@ -208,7 +208,7 @@ class Receivers(AtOnce):
         return messages.failing_over(facts, now.links)
 
 
-def _failing_since(hooks: list[HookHealth], incidents: Mapping[str, selectors.Incident]) -> dict[str, int]:
+def _failing_since(hooks: list[HookHealth], incidents: Mapping[str, watching.Incident]) -> dict[str, int]:
     """The first failed attempt after each hook's last success: Phorge's rows and this service's attempt log,
     whichever remembers earlier (Phorge keeps only each request's last attempt)."""
     since = {phid: incident.first for phid, incident in incidents.items()}
@@ -245,7 +245,7 @@ class Collection(AtOnce):
             return []
         edge = health.now - retention + int(now.config.gc_warning_sec)
         found = []
-        for near in selectors.near_collection(list(by_phid), edge):
+        for near in watching.near_collection(list(by_phid), edge):
             hook = by_phid[near.hook_phid]
             facts = messages.NearCollection(
                 HookRef(hook.phid, hook.name, hook.id), health.now, near.requests, near.oldest, retention

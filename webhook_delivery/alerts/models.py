@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from django.db import models
 
+# Every kind of condition (alerts/conditions.CONDITIONS has one object for each): the metrics show them all.
+KINDS = ("receiver", "collection", "no_worker", "php_delivery", "stalled", "database")
+
 
 class AlertCondition(models.Model):
     """One row per condition key (`receiver:<hook PHID>`, `collection:<hook PHID>`, `no_worker`, ...),

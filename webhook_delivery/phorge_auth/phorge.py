@@ -44,7 +44,7 @@ def phorge_url(conf: PhorgeOAuthConfig | None = None) -> str:
     conf = conf or config()
     url = conf.url
     if not url:
-        from webhook_delivery.web.phorge_status import phorge_settings
+        from webhook_delivery.reads.phorge_status import phorge_settings
 
         try:
             resolved = phorge_settings()

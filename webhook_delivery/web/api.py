@@ -18,12 +18,14 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
-from ..alerts import selectors as alert_selectors
+from ..reads import alert_state as alert_selectors
+from ..reads import herald as selectors
+from ..reads import phorge_status, replica
+from ..reads.health import HookHealth, QueueHealth
 from ..records import heartbeat, holds
 from ..records.heartbeat import WorkerStatus
-from . import history, phorge_status, replica, selectors
+from . import history
 from .access import may_view
-from .health import HookHealth, QueueHealth
 
 logger = logging.getLogger(__name__)
 

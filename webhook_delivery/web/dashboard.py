@@ -6,14 +6,15 @@ from dataclasses import dataclass
 
 from ..config import DeliveryConfig
 from ..phorge.config import PhorgeConfig
+from ..reads import herald as selectors
+from ..reads import phorge_status, replica
+from ..reads.health import HookHealth, QueueHealth
+from ..reads.herald import RecentFailure
+from ..reads.replica import NO_REPLICA, ReplicaState
 from ..records import heartbeat
 from ..records.heartbeat import WorkerStatus
 from ..state import PhpDelivery
-from . import phorge_status, replica, selectors
-from .health import HookHealth, QueueHealth
 from .history import DeliverySeries, delivery_series
-from .replica import NO_REPLICA, ReplicaState
-from .selectors import RecentFailure
 
 HOOKS_SHOWN = 200
 _ATTENTION = {"backoff": 0, "failing": 1, "misconfigured": 2, "ok": 3, "disabled": 4}

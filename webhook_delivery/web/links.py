@@ -7,6 +7,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from ..phorge.names import ObjectName
+
 
 def page_url(page: str, phid: object) -> str | None:
     """The URL of our `hook` or `request` page for this PHID, None when no page can be named by it."""
@@ -21,3 +23,10 @@ def page_link(page: str, phid: object, label: object, *, code: bool = False) -> 
     url = page_url(page, phid)
     shown = format_html("<code>{}</code>", label) if code else format_html("{}", label)
     return shown if url is None else format_html('<a href="{}">{}</a>', url, shown)
+
+
+def object_link(name: ObjectName, base: str | None) -> SafeString:
+    """The full name with its name linked into Phorge when its base URI is known: `<a>T123</a>: <title>`."""
+    if base is None:
+        return format_html("{}{}", name.name, name.rest)
+    return format_html('<a href="{}{}" rel="noreferrer">{}</a>{}', base, name.path, name.name, name.rest)

@@ -16,9 +16,9 @@ from django.db import DatabaseError
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..alerts import metrics as alert_metrics
+from ..reads import alert_state, phorge_status
+from ..reads import herald as selectors
 from ..records import heartbeat
-from . import phorge_status, selectors
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class QueueCollector:
             php.add_metric([state], 1 if state == current else 0)
         yield php
         try:
-            yield from list(alert_metrics.active_condition_families())
+            yield from list(alert_state.condition_families())
         except DatabaseError:
             logger.warning("metrics scrape: Django's database unavailable for the alert metrics")
 

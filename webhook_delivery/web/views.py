@@ -19,14 +19,16 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..alerts import selectors as alert_selectors
 from ..phorge.config import REQUEST_RETENTION_SEC
+from ..reads import alert_state as alert_selectors
+from ..reads import herald as selectors
+from ..reads import object_names, phorge_status
+from ..reads.health import HookHealth
 from ..records import holds
 from ..records.heartbeat import WORKER_ALIVE_SEC
-from . import history, object_names, phorge_status, selectors
+from . import history, links
 from .access import view_required
 from .dashboard import dashboard as read_dashboard
-from .health import HookHealth
 from .metrics import REGISTRY
 
 logger = logging.getLogger(__name__)
@@ -146,7 +148,7 @@ def request_page(request: HttpRequest, phid: str) -> HttpResponse:
         **_context(request),
         "phid": phid,
         "detail": row,
-        "object_link": None if object_name is None else object_names.object_link(object_name, base),
+        "object_link": None if object_name is None else links.object_link(object_name, base),
         "attempts": attempts,
         "writer": _last_result_writer(row, attempt_log=config.attempt_log),
         "match_sec": history.MATCH_SEC,

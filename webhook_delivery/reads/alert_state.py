@@ -1,13 +1,16 @@
-"""Reads of the alert state (Django's database) for the dashboard, /api/webhook/health and metrics."""
+"""Reads of the alert state (Django's database) for the dashboard, /api/webhook/health, the metrics and the
+watcher's gauges: the pages read it here, never through the watcher."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Count, Min
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from .models import AlertCondition, AlertNotification, HookLoss
+from ..alerts.models import KINDS, AlertCondition, AlertNotification, HookLoss
 
 
 @dataclass(frozen=True)
@@ -89,3 +92,33 @@ def oldest_unsent() -> datetime | None:
     """When the oldest notification still waiting for its channel was made (a channel is down)."""
     value = AlertNotification.objects.filter(sent_at__isnull=True).aggregate(oldest=Min("created_at"))["oldest"]
     return value if isinstance(value, datetime) else None
+
+
+def condition_families() -> Iterator[Metric]:
+    """For the web process's own registry, from Django's database (raises DatabaseError when it is
+    unavailable): conditions active by kind, queued requests near Phorge's collection per hook (as the
+    watcher last counted them), and requests lost to it per hook, in all."""
+    family = GaugeMetricFamily(
+        "gorge_webhook_alert_conditions_active", "Alert conditions active now, by kind.", labels=["kind"]
+    )
+    counts = active_counts()
+    for kind in KINDS:
+        family.add_metric([kind], counts.get(kind, 0))
+    yield family
+    near = GaugeMetricFamily(
+        "gorge_webhook_requests_near_collection",
+        "Queued requests within GORGE_ALERT_GC_HOURS of Phorge's garbage collection, by hook (watcher's count).",
+        labels=["hook"],
+    )
+    for condition in AlertCondition.objects.filter(active=True, kind="collection").only("hook_phid", "detail"):
+        count = condition.detail.get("count") if isinstance(condition.detail, dict) else None
+        near.add_metric([condition.hook_phid], int(count) if isinstance(count, int) else 0)
+    yield near
+    lost = CounterMetricFamily(
+        "gorge_webhook_requests_lost_to_collection",
+        "Queued requests Phorge's garbage collection deleted before they were delivered, by hook.",
+        labels=["hook"],
+    )
+    for hook_phid, total in lost_totals().items():
+        lost.add_metric([hook_phid], total)
+    yield lost

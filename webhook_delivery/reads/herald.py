@@ -1,5 +1,5 @@
 """The SQL reads of Phorge's herald tables that the dashboard, the JSON diagnostics, the web metrics and the
-alert watcher make (the model they feed is in health.py, the composition of the dashboard in dashboard.py).
+alert watcher make (the model they feed is in health.py; the watcher's own reads are in watching.py).
 
 Upstream Phorge has no index on `herald_webhookrequest.status`, and a week of a busy site is a million
 rows, so nothing here filters on status alone. Two facts keep every query on `key_ratelimit`
@@ -26,7 +26,7 @@ from typing import Any, ParamSpec, TypeVar
 from django.db import DatabaseError, connections, transaction
 
 from ..config import DeliveryConfig
-from ..phorge.columns import Columns, Record
+from ..phorge.columns import Columns
 from ..phorge.databases import qualified
 from ..phorge.herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRow, text
 from ..phorge.payload import phid_get_type
@@ -41,15 +41,15 @@ RECENT_FAILURES = 20
 PENDING_RESULTS = "lastRequestResult IN ('none', 'fail')"
 
 
-def _dialect() -> Dialect:
+def read_dialect() -> Dialect:
     return Dialect(str(connections[read_alias()].vendor))
 
 
-def _int(value: Any) -> int:
+def as_int(value: Any) -> int:
     return 0 if value is None else int(value)
 
 
-def _fetch(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+def fetch_rows(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     # Always pass a mapping, even an empty one, so `%%` in the SQLite clock expression is unescaped.
     with connections[read_alias()].cursor() as cursor:
         cursor.execute(sql, dict(params))
@@ -58,7 +58,7 @@ def _fetch(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
 
 def _one(sql: str, params: Mapping[str, Any]) -> Any:
     """The value of a statement that selects one column of one row (a count, the clock)."""
-    ((value,),) = _fetch(sql, params)
+    ((value,),) = fetch_rows(sql, params)
     return value
 
 
@@ -89,7 +89,7 @@ def uncommitted_reads(func: Callable[P, R]) -> Callable[P, R]:
     return reading
 
 
-def _in_filter(column: str, values: Sequence[Any], name: str) -> tuple[str, dict[str, Any]]:
+def in_filter(column: str, values: Sequence[Any], name: str) -> tuple[str, dict[str, Any]]:
     """`column IN (%(name0)s, ...)` and its parameters; `1 = 0` for no values (an empty IN is not SQL)."""
     if not values:
         return "1 = 0", {}
@@ -97,14 +97,14 @@ def _in_filter(column: str, values: Sequence[Any], name: str) -> tuple[str, dict
     return f"{column} IN (" + ", ".join(f"%({key})s" for key in params) + ")", params
 
 
-def _hook_filter(phids: Sequence[str], column: str = "webhookPHID") -> tuple[str, dict[str, Any]]:
-    return _in_filter(column, phids, "hook")
+def hook_filter(phids: Sequence[str], column: str = "webhookPHID") -> tuple[str, dict[str, Any]]:
+    return in_filter(column, phids, "hook")
 
 
 FAILED_ROW = "(status = 'failed' OR lastRequestResult = 'fail')"
 
 
-def _json_text(dialect: Dialect, key: str, *, only_failed: bool = True, column: str = "properties") -> str:
+def json_text(dialect: Dialect, key: str, *, only_failed: bool = True, column: str = "properties") -> str:
     """properties.<key> as text, read by the database (NULL when absent or not JSON); by default only of a
     failed row: only failures carry a meaningful error."""
     failed = f"{FAILED_ROW} AND " if only_failed else ""
@@ -117,7 +117,7 @@ def _json_text(dialect: Dialect, key: str, *, only_failed: bool = True, column: 
 def stored_error_sql(key: str) -> str:
     """SQL for properties.<key> (errorType, errorCode) of any row, read by the database: for lists that show
     the error and must not load the properties."""
-    return _json_text(_dialect(), key, only_failed=False)
+    return json_text(read_dialect(), key, only_failed=False)
 
 
 SHOWN_PROPERTIES = 256 * 1024  # bytes decoded for a page; beyond, the database reads out what is shown
@@ -137,18 +137,18 @@ class HookRow:
 
 def hooks(only: Sequence[str] | None = None) -> tuple[int, list[HookRow]]:
     """Every hook, or the ones named (no URI, no key), and the database clock."""
-    dialect = _dialect()
-    where, params = _hook_filter(only, column="phid") if only is not None else ("1 = 1", {})
+    dialect = read_dialect()
+    where, params = hook_filter(only, column="phid") if only is not None else ("1 = 1", {})
     columns = Columns.of("phid", "name", "status", no_key="hmacKey = '' AS no_key", now=dialect.now_sql, id="id")
-    rows = columns.read_all(_fetch(f"SELECT {columns.sql} FROM {HOOKS} WHERE {where} ORDER BY name, id", params))
+    rows = columns.read_all(fetch_rows(f"SELECT {columns.sql} FROM {HOOKS} WHERE {where} ORDER BY name, id", params))
     now = int(rows[0]["now"]) if rows else int(_one(f"SELECT {dialect.now_sql}", {}))
     return now, [
-        HookRow(text(r["phid"]), text(r["name"]), text(r["status"]), bool(r["no_key"]), _int(r["id"])) for r in rows
+        HookRow(text(r["phid"]), text(r["name"]), text(r["status"]), bool(r["no_key"]), as_int(r["id"])) for r in rows
     ]
 
 
 def hook_total() -> int:
-    return _int(_one(f"SELECT COUNT(*) FROM {HOOKS}", {}))
+    return as_int(_one(f"SELECT COUNT(*) FROM {HOOKS}", {}))
 
 
 # -- queue counts (the Gorge-compatible /api/webhook/stats) ------------------------------------------
@@ -171,18 +171,18 @@ def queue_counts() -> QueueCounts:
     active = sum(1 for hook in all_hooks if hook.status != "disabled")
     if not all_hooks:
         return QueueCounts(0, 0, 0, active)
-    dialect = _dialect()
-    where, params = _hook_filter([hook.phid for hook in all_hooks])
+    dialect = read_dialect()
+    where, params = hook_filter([hook.phid for hook in all_hooks])
     table = dialect.requests_by_result
     sent = _one(f"SELECT COUNT(*) FROM {table} WHERE {where} AND lastRequestResult = 'okay'", params)
-    grouped = _fetch(
+    grouped = fetch_rows(
         f"SELECT {STATUS_COUNTS.sql} FROM {table} WHERE {where} AND {PENDING_RESULTS} GROUP BY status", params
     )
     by_status = {row["status"]: row["requests"] for row in STATUS_COUNTS.read_all(grouped)}
     return QueueCounts(
-        queued=_int(by_status.get("queued")),
-        sent=_int(sent),
-        failed=_int(by_status.get("failed")),
+        queued=as_int(by_status.get("queued")),
+        sent=as_int(sent),
+        failed=as_int(by_status.get("failed")),
         active_webhooks=active,
     )
 
@@ -207,8 +207,8 @@ def _pending_columns(dialect: Dialect) -> Columns:
     return Columns.of(
         "webhookPHID",
         "status",
-        error_type=f"{_json_text(dialect, 'errorType')} AS error_type",
-        error_code=f"{_json_text(dialect, 'errorCode')} AS error_code",
+        error_type=f"{json_text(dialect, 'errorType')} AS error_type",
+        error_code=f"{json_text(dialect, 'errorCode')} AS error_code",
         requests="COUNT(*)",
         failed_attempt="MAX(CASE WHEN lastRequestResult = 'fail' THEN lastRequestEpoch END)",
         configuration_failure="MAX(CASE WHEN lastRequestResult = 'none' AND status = 'failed' THEN dateModified END)",
@@ -222,21 +222,21 @@ def _pending_columns(dialect: Dialect) -> Columns:
 def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> QueueHealth:
     """Counts, due requests, breaker state and errors per hook (every hook, or the ones named): three
     queries however large the table."""
-    dialect = _dialect()
+    dialect = read_dialect()
     now, all_hooks = hooks(only)
     tallies: dict[str, Tally] = {hook.phid: Tally() for hook in all_hooks}
     if all_hooks:
-        where, params = _hook_filter(list(tallies))
-        settled = _fetch(
+        where, params = hook_filter(list(tallies))
+        settled = fetch_rows(
             f"SELECT {SETTLED.sql} FROM {dialect.requests_by_result} "
             f"WHERE {where} AND lastRequestResult = 'okay' GROUP BY webhookPHID",
             params,
         )
         for row in SETTLED.read_all(settled):
             tally = tallies[text(row["webhookPHID"])]
-            tally.sent, tally.last_success = _int(row["requests"]), _int(row["last_success"]) or None
+            tally.sent, tally.last_success = as_int(row["requests"]), as_int(row["last_success"]) or None
         pending = _pending_columns(dialect)
-        grouped = _fetch(
+        grouped = fetch_rows(
             f"SELECT {pending.sql} FROM {dialect.requests_by_result} WHERE {where} AND {PENDING_RESULTS} "
             "GROUP BY webhookPHID, status, lastRequestResult, error_type, error_code",
             {
@@ -252,12 +252,12 @@ def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> Q
             tallies[text(row["webhookPHID"])].add_pending(
                 status=text(row["status"]),
                 error=None if error_type is None else (text(error_type), text(row["error_code"])),
-                requests=_int(row["requests"]),
-                failed_attempt=_int(row["failed_attempt"]) or None,
-                configuration_failure=_int(row["configuration_failure"]) or None,
-                in_window=_int(row["in_window"]),
-                due=_int(row["due"]),
-                due_since=None if due_since is None else _int(due_since),
+                requests=as_int(row["requests"]),
+                failed_attempt=as_int(row["failed_attempt"]) or None,
+                configuration_failure=as_int(row["configuration_failure"]) or None,
+                in_window=as_int(row["in_window"]),
+                due=as_int(row["due"]),
+                due_since=None if due_since is None else as_int(due_since),
             )
     return queue_health_of(now, all_hooks, tallies, _held_hooks(), config)
 
@@ -290,7 +290,7 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
     here; failed attempts come from a key_ratelimit range on lastRequestEpoch, hook errors (written
     with lastRequestEpoch = 0 and the failure time in dateModified) from the failing hooks' `none` slice.
     """
-    dialect = _dialect()
+    dialect = read_dialect()
     by_phid = {hook.phid: hook for hook in health.hooks}
     since = health.now - RECENT_ATTEMPTS_SEC
     failure = Columns.of(
@@ -300,38 +300,38 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
         "status",
         "lastRequestResult",
         "dateModified",
-        error_type=_json_text(dialect, "errorType"),
-        error_code=_json_text(dialect, "errorCode"),
+        error_type=json_text(dialect, "errorType"),
+        error_code=json_text(dialect, "errorCode"),
     )
     columns = f"SELECT {failure.sql} FROM {dialect.requests_by_result} "
     rows: list[tuple[Any, ...]] = []
     attempted = [h.phid for h in health.hooks if h.last_failed_attempt and h.last_failed_attempt >= since]
     if attempted:
-        where, params = _hook_filter(attempted)
-        rows += _fetch(
+        where, params = hook_filter(attempted)
+        rows += fetch_rows(
             f"{columns} WHERE {where} AND lastRequestResult = 'fail' AND lastRequestEpoch >= %(since)s "
             "ORDER BY lastRequestEpoch DESC, id DESC LIMIT %(limit)s",
             {**params, "since": since, "limit": limit},
         )
     misconfigured = [h.phid for h in health.hooks if h.last_configuration_failure]
     if misconfigured:
-        where, params = _hook_filter(misconfigured)
-        rows += _fetch(
+        where, params = hook_filter(misconfigured)
+        rows += fetch_rows(
             f"{columns} WHERE {where} AND lastRequestResult = 'none' AND lastRequestEpoch = 0 "
             "AND status = 'failed' ORDER BY dateModified DESC, id DESC LIMIT %(limit)s",
             {**params, "limit": limit},
         )
-    found = sorted(failure.read_all(rows), key=lambda r: (_int(r["dateModified"]), _int(r["id"])), reverse=True)
+    found = sorted(failure.read_all(rows), key=lambda r: (as_int(r["dateModified"]), as_int(r["id"])), reverse=True)
     return [
         RecentFailure(
-            id=_int(r["id"]),
+            id=as_int(r["id"]),
             phid=text(r["phid"]),
             hook_phid=text(r["webhookPHID"]),
             hook_name=by_phid[text(r["webhookPHID"])].name if text(r["webhookPHID"]) in by_phid else "",
             hook_id=by_phid[text(r["webhookPHID"])].id if text(r["webhookPHID"]) in by_phid else 0,
             status=text(r["status"]),
             last_result=text(r["lastRequestResult"]),
-            failed_at=_int(r["dateModified"]),
+            failed_at=as_int(r["dateModified"]),
             error_type=text(r["error_type"]),
             error_code=text(r["error_code"]),
         )
@@ -365,7 +365,7 @@ class RequestDetail:
 
 def request_detail(phid: str) -> RequestDetail | None:
     """One request and its hook's name and status (never the hook's URI or key)."""
-    dialect = _dialect()
+    dialect = read_dialect()
     fields = [column.strip() for column in REQUEST_COLUMNS.split(",")]
     columns = Columns.of(
         **{field: f"r.{field}" for field in fields},
@@ -375,11 +375,11 @@ def request_detail(phid: str) -> RequestDetail | None:
         hook_status="h.status",
         is_json="JSON_VALID(r.properties)" if dialect.is_mysql else "json_valid(r.properties)",
         **{
-            name: _json_text(dialect, key, only_failed=False, column="r.properties")
+            name: json_text(dialect, key, only_failed=False, column="r.properties")
             for name, key in (("error_type", "errorType"), ("error_code", "errorCode"))
         },
     )
-    rows = _fetch(
+    rows = fetch_rows(
         f"SELECT {columns.sql} FROM {REQUESTS} r LEFT JOIN {HOOKS} h ON h.phid = r.webhookPHID WHERE r.phid = %(phid)s",
         {"phid": phid},
     )
@@ -403,7 +403,7 @@ def request_detail(phid: str) -> RequestDetail | None:
         row=row,
         properties=properties,
         hook_name=None if name is None else text(name),
-        hook_id=None if hook_id is None else _int(hook_id),
+        hook_id=None if hook_id is None else as_int(hook_id),
         hook_status=None if hook_status is None else text(hook_status),
     )
 
@@ -421,10 +421,10 @@ def due_left_to_php(health: QueueHealth, config: DeliveryConfig) -> int | None:
     """
     if not health.due_now:
         return 0
-    dialect = _dialect()
+    dialect = read_dialect()
     tasks = qualified(config.namespace, "worker", "worker_activetask")
     join = "STRAIGHT_JOIN" if dialect.is_mysql else "JOIN"
-    where, params = _hook_filter(health.hook_phids)
+    where, params = hook_filter(health.hook_phids)
     try:
         count = _one(
             f"SELECT COUNT(*) FROM (SELECT DISTINCT objectPHID FROM {tasks} WHERE taskClass = %(task_class)s) AS t "
@@ -440,167 +440,4 @@ def due_left_to_php(health: QueueHealth, config: DeliveryConfig) -> int | None:
         )
     except DatabaseError:
         return None
-    return _int(count)
-
-
-# -- for the alert watcher (alerts/watcher.py) -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Incident:
-    """A hook's requests whose last attempt failed after its last success: the failures of this incident."""
-
-    first: int  # the earliest of their failed attempts (lastRequestEpoch)
-    requests: int
-    errors: tuple[tuple[str, str, int], ...]  # (errorType, errorCode, requests), most first
-
-
-def _incident_columns(dialect: Dialect) -> Columns:
-    return Columns.of(
-        "webhookPHID",
-        error_type=f"{_json_text(dialect, 'errorType')} AS error_type",
-        error_code=f"{_json_text(dialect, 'errorCode')} AS error_code",
-        requests="COUNT(*)",
-        first="MIN(lastRequestEpoch)",
-    )
-
-
-def incidents(last_success: Mapping[str, int]) -> dict[str, Incident]:
-    """Per hook (PHID: its last success, 0 for none), the requests that failed after that success, where
-    Phorge still has them, by error: one key_ratelimit range per hook, in one query."""
-    if not last_success:
-        return {}
-    clauses: list[str] = []
-    params: dict[str, Any] = {}
-    for index, (phid, success) in enumerate(last_success.items()):
-        clauses.append(
-            f"(webhookPHID = %(h{index})s AND lastRequestResult = 'fail' AND lastRequestEpoch > %(s{index})s)"
-        )
-        params[f"h{index}"], params[f"s{index}"] = phid, success
-    dialect = _dialect()
-    columns = _incident_columns(dialect)
-    rows = _fetch(
-        f"SELECT {columns.sql} FROM {dialect.requests_by_result} "
-        f"WHERE {' OR '.join(clauses)} GROUP BY webhookPHID, error_type, error_code",
-        params,
-    )
-    grouped: dict[str, list[Record]] = {}
-    for row in columns.read_all(rows):
-        grouped.setdefault(text(row["webhookPHID"]), []).append(row)
-    found = {}
-    for phid, groups in grouped.items():
-        errors = sorted(
-            (
-                (text(g["error_type"] or ""), text(g["error_code"] or ""), _int(g["requests"]))
-                for g in groups
-                if g["error_type"] is not None
-            ),
-            key=lambda error: (-error[2], error[0], error[1]),
-        )
-        found[phid] = Incident(
-            first=min(_int(g["first"]) for g in groups),
-            requests=sum(_int(g["requests"]) for g in groups),
-            errors=tuple(errors),
-        )
-    return found
-
-
-@dataclass(frozen=True)
-class LastError:
-    """A hook's newest failed attempt: its stored error and whose request it was."""
-
-    error_type: str
-    error_code: str
-    request_phid: str
-    object_phid: str
-
-
-def last_errors(phids: Sequence[str]) -> dict[str, LastError]:
-    """The newest failed attempt of each hook that has one: errorType/errorCode, request and object (one query)."""
-    dialect = _dialect()
-    columns = Columns.of(
-        "webhookPHID",
-        "phid",
-        "objectPHID",
-        error_type=_json_text(dialect, "errorType"),
-        error_code=_json_text(dialect, "errorCode"),
-    )
-    where, params = _hook_filter(phids)
-    rows = _fetch(
-        f"SELECT {columns.sql} FROM {REQUESTS} JOIN ("
-        f"SELECT webhookPHID AS newest_hook, MAX(lastRequestEpoch) AS newest FROM {dialect.requests_by_result} "
-        f"WHERE {where} AND lastRequestResult = 'fail' GROUP BY webhookPHID) AS newest_fail "
-        "ON webhookPHID = newest_hook AND lastRequestResult = 'fail' AND lastRequestEpoch = newest ORDER BY id",
-        params,
-    )
-    return {
-        text(r["webhookPHID"]): LastError(
-            text(r["error_type"]), text(r["error_code"] or ""), text(r["phid"]), text(r["objectPHID"])
-        )
-        for r in columns.read_all(rows)
-        if r["error_type"] is not None
-    }
-
-
-def _queued_before(columns: Columns, phids: Sequence[str], edge: int, tail: str) -> list[Record]:
-    """The hooks' queued requests created at or before `edge`: one range of key_ratelimit's pending slice."""
-    where, params = _hook_filter(phids)
-    rows = _fetch(
-        f"SELECT {columns.sql} FROM {_dialect().requests_by_result} "
-        f"WHERE {where} AND {PENDING_RESULTS} AND status = 'queued' AND dateCreated <= %(edge)s {tail}",
-        {**params, "edge": edge},
-    )
-    return columns.read_all(rows)
-
-
-@dataclass(frozen=True)
-class NearCollection:
-    hook_phid: str
-    requests: int
-    oldest: int  # dateCreated of the hook's oldest queued request
-
-
-NEAR_COLLECTION = Columns.of("webhookPHID", requests="COUNT(*)", oldest="MIN(dateCreated)")
-
-
-def near_collection(phids: Sequence[str], edge: int) -> list[NearCollection]:
-    """Per hook, the queued requests created at or before `edge` (Phorge collects them next): how many and
-    the oldest."""
-    return [
-        NearCollection(text(r["webhookPHID"]), _int(r["requests"]), _int(r["oldest"]))
-        for r in _queued_before(NEAR_COLLECTION, phids, edge, "GROUP BY webhookPHID")
-    ]
-
-
-@dataclass(frozen=True)
-class QueuedRequest:
-    id: int
-    phid: str
-    hook_phid: str
-    date_created: int
-
-
-QUEUED_REQUEST = Columns.of("id", "phid", "webhookPHID", "dateCreated")
-
-
-def queued_near_collection(phids: Sequence[str], edge: int, limit: int) -> list[QueuedRequest]:
-    """At most `limit` queued requests of these hooks created at or before `edge`, one by one (the same range
-    as near_collection)."""
-    return [
-        QueuedRequest(_int(r["id"]), text(r["phid"]), text(r["webhookPHID"]), _int(r["dateCreated"]))
-        for r in _queued_before(QUEUED_REQUEST, phids, edge, f"LIMIT {int(limit)}")
-    ]
-
-
-STATUS_LOOKUP_BATCH = 500
-REQUEST_STATUS = Columns.of("id", "status")
-
-
-def request_statuses(ids: Sequence[int]) -> dict[int, str]:
-    """The status of each of these requests that still exists: one primary-key lookup per 500 ids."""
-    found: dict[int, str] = {}
-    for start in range(0, len(ids), STATUS_LOOKUP_BATCH):
-        where, params = _in_filter("id", ids[start : start + STATUS_LOOKUP_BATCH], "id")
-        rows = _fetch(f"SELECT {REQUEST_STATUS.sql} FROM {REQUESTS} WHERE {where}", params)
-        found.update({_int(r["id"]): text(r["status"]) for r in REQUEST_STATUS.read_all(rows)})
-    return found
+    return as_int(count)

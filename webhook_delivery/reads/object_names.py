@@ -1,5 +1,5 @@
 """Phorge's names of the objects that the pages, the admin and the alerts show (T123, D45, rXYZabc123def456,
-P12, ...): the selectors over phorge/object_names.py with the web side's Masters, and how a name is shown."""
+P12, ...): the selectors over phorge/object_names.py with the web side's Masters (web/links.py shows them)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import functools
 from collections.abc import Iterable
 
 from django.conf import settings
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
 
 from ..phorge.databases import Masters
 from ..phorge.names import ObjectName
@@ -44,10 +42,3 @@ def object_phids(term: str) -> list[str]:
     """The PHIDs of the objects the monograms in `term` name (`T123`, `D45`, `rXYZabc12`, `R4:abc12`,
     `@alice`, ...); none for anything else. Never raises."""
     return _current().find(term)
-
-
-def object_link(name: ObjectName, base: str | None) -> SafeString:
-    """The full name with its name linked into Phorge when its base URI is known: `<a>T123</a>: <title>`."""
-    if base is None:
-        return format_html("{}{}", name.name, name.rest)
-    return format_html('<a href="{}{}" rel="noreferrer">{}</a>{}', base, name.path, name.name, name.rest)

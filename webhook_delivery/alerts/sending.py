@@ -1,0 +1,199 @@
+"""Sending on the channels: each channel sent on by the one watcher holding its lease, from a thread of its
+own bounded by the channel timeout, so that a failing channel never holds up another or a delivery; a failed
+send logged once, counted and retried with a growing wait; notifications a channel keeps refusing given up.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Q
+
+from . import metrics
+from .channels import LIMITS, SENDERS, ChannelError, Limits
+from .config import AlertConfig
+from .digests import Digest, Note
+from .digests import digests as split_digests
+from .models import AlertChannel, AlertNotification
+
+logger = logging.getLogger("webhook_delivery.alerts.watcher")
+
+RETRY_MAX_SEC = 900.0  # a failing channel is tried at least this often
+REFUSALS_GIVEN_UP = 3  # refused this many times in a row: those notifications are dropped
+
+
+@dataclass
+class TickResult:
+    entered: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    lost: int = 0
+    sent: dict[str, int] = field(default_factory=dict)  # channel: notifications carried
+    failed: dict[str, str] = field(default_factory=dict)  # channel: safe error
+
+
+@dataclass
+class _Send:
+    ids: list[int]  # the part being sent (left: the part that failed)
+    thread: threading.Thread
+    sent: list[int] = field(default_factory=list)  # the notifications of the parts that went out
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+    refused: bool = False  # the channel refused what it was given: sending it again gets the same answer
+
+
+class Channels:
+    def __init__(self, config: AlertConfig, owner: str) -> None:
+        self.config = config
+        self.owner = owner
+        self._sending: dict[str, _Send] = {}
+        self.senders: dict[str, Callable[[AlertConfig, str, str], None]] = dict(SENDERS)
+
+    def _lease(self, channel: str) -> bool:
+        AlertChannel.objects.get_or_create(name=channel)
+        now = datetime.now(UTC)
+        lease = timedelta(seconds=3 * self.config.channel_timeout_sec + 30)
+        return bool(
+            AlertChannel.objects.filter(name=channel)
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=self.owner))
+            .update(lease_owner=self.owner, lease_until=now + lease)
+        )
+
+    def _release(self, channel: str) -> None:
+        AlertChannel.objects.filter(name=channel, lease_owner=self.owner).update(lease_until=None, lease_owner="")
+
+    def deliver(self, result: TickResult) -> None:
+        """Send every channel's pending notifications, each channel from a thread of its own."""
+        started: dict[str, _Send] = {}
+        now = datetime.now(UTC)
+        for channel in self.config.channels:
+            running = self._sending.get(channel)
+            if running is not None:
+                if not running.done.is_set():
+                    self._lease(channel)  # still in flight from an earlier pass: keep the lease, wait
+                    continue
+                self._finish(channel, running, result)
+            if AlertChannel.objects.filter(name=channel, retry_at__gt=now).exists():
+                continue  # backing off after a failed send
+            if not self._lease(channel):
+                continue  # another watcher sends on this channel now
+            pending = list(
+                AlertNotification.objects.filter(channel=channel, sent_at__isnull=True).order_by("id")[:5000]
+            )
+            if not pending:
+                self._release(channel)
+                continue
+            started[channel] = self._start(channel, digests(pending, LIMITS.get(channel, LIMITS["chat"])))
+        end = time.monotonic() + self.config.channel_timeout_sec + 2
+        for send in started.values():
+            send.done.wait(max(0.0, end - time.monotonic()))  # in parallel: a hanging channel costs the other nothing
+        for channel, send in started.items():
+            if send.done.is_set():
+                self._finish(channel, send, result)
+            else:
+                self._sending[channel] = send
+
+    def _start(self, channel: str, parts: list[Digest]) -> _Send:
+        """Send the parts in order from a thread of their own; the first that fails ends the send."""
+        sender = self.senders[channel]
+        holder: list[_Send] = []
+
+        def run() -> None:
+            send = holder[0]
+            try:
+                for part in parts:
+                    send.ids = list(part.ids)
+                    sender(self.config, part.subject, part.body)
+                    send.sent += send.ids
+                send.ids = []
+            except ChannelError as exc:
+                send.error, send.refused = str(exc), exc.refused
+            except Exception as exc:  # noqa: BLE001 - any failure of a channel is that channel's outage
+                send.error = type(exc).__name__
+            finally:
+                send.done.set()
+
+        send = _Send(ids=[], thread=threading.Thread(target=run, name=f"alert-{channel}", daemon=True))
+        holder.append(send)
+        send.thread.start()
+        return send
+
+    def _finish(self, channel: str, send: _Send, result: TickResult) -> None:
+        self._sending.pop(channel, None)
+        now = datetime.now(UTC)
+        if send.sent:
+            AlertNotification.objects.filter(pk__in=send.sent, sent_at__isnull=True).update(sent_at=now)
+            metrics.NOTIFICATIONS_SENT.labels(channel).inc()
+            result.sent[channel] = len(send.sent)
+        if send.error is None:
+            back = AlertChannel.objects.filter(name=channel, failing_since__isnull=False).update(
+                failing_since=None, last_sent_at=now, failures=0, refusals=0, retry_at=None
+            )
+            if back:
+                logger.info(
+                    "alert channel works again: pending alerts sent",
+                    extra={"event": "alert.channel_back", "channel": channel},
+                )
+            else:
+                AlertChannel.objects.filter(name=channel).update(last_sent_at=now, failures=0, refusals=0)
+            self._release(channel)
+            return
+        metrics.NOTIFICATIONS_FAILED.labels(channel).inc()
+        result.failed[channel] = send.error
+        state = AlertChannel.objects.get(name=channel)
+        failures = state.failures + 1
+        refusals = state.refusals + 1 if send.refused else 0
+        wait = min(self.config.interval_sec * 2 ** (failures - 1), RETRY_MAX_SEC)
+        AlertChannel.objects.filter(name=channel).update(
+            failures=failures, refusals=refusals, retry_at=now + timedelta(seconds=wait)
+        )
+        began = AlertChannel.objects.filter(name=channel, failing_since__isnull=True).update(
+            failing_since=now, last_error=send.error[:200]
+        )
+        if began:
+            logger.error(
+                "alert channel failing: alerts wait and are retried, less often while it keeps failing",
+                extra={"event": "alert.channel_failing", "channel": channel, "error": send.error},
+            )
+        if refusals >= REFUSALS_GIVEN_UP:
+            # The channel refuses these very notifications every time (too large, malformed for it): drop
+            # them, so that the ones after them can go out.
+            dropped = AlertNotification.objects.filter(pk__in=send.ids, sent_at__isnull=True).update(
+                sent_at=now, given_up=True
+            )
+            metrics.NOTIFICATIONS_GIVEN_UP.labels(channel).inc(dropped)
+            AlertChannel.objects.filter(name=channel).update(refusals=0, retry_at=None)
+            logger.error(
+                "alert channel refused the same alerts %d times: given up on them (they stay on the dashboard)",
+                REFUSALS_GIVEN_UP,
+                extra={"event": "alert.given_up", "channel": channel, "error": send.error, "notifications": dropped},
+            )
+        self._release(channel)
+
+    def send_test(self) -> dict[str, str | None]:
+        """A test message on every configured channel, now: {channel: None if sent, else the error}."""
+        subject = "[gorge-webhook] test message"
+        body = f"A test message from the gorge-webhook alert watcher on {socket.gethostname()}: this channel works."
+        outcome: dict[str, str | None] = {}
+        test = [Digest(subject, body)]
+        sends = {channel: self._start(channel, test) for channel in self.config.channels}
+        end = time.monotonic() + self.config.channel_timeout_sec + 2
+        for channel, send in sends.items():
+            send.done.wait(max(0.0, end - time.monotonic()))
+            outcome[channel] = send.error if send.done.is_set() else "timed out"
+        return outcome
+
+
+def digests(notes: list[AlertNotification], limits: Limits) -> list[Digest]:
+    """The messages that carry a channel's pending notifications, within what the channel accepts."""
+    return split_digests(
+        [Note(note.transition, note.subject, note.text, note.pk) for note in notes],
+        max_chars=limits.chars,
+        max_entries=limits.entries,
+        max_parts=limits.parts,
+    )
