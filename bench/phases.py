@@ -1,4 +1,4 @@
-"""Wall time per phase of an in-process `Worker(config, once=True).run()`: where a delivery's time goes.
+"""Wall time per phase of an in-process `build_worker(config, once=True).run()`: where a delivery's time goes.
 
     .venv/bin/python bench/phases.py [--requests 6000] [--hooks 16] [--max-concurrent 16] [--cprofile]
 
@@ -142,7 +142,7 @@ def run_worker(args: argparse.Namespace, workdir: Path) -> None:
 
     job.JobRunner.run = run_job
 
-    the_worker = worker.Worker(settings.GORGE_WEBHOOK, once=True, max_concurrent=args.max_concurrent)
+    the_worker = worker.build_worker(settings.GORGE_WEBHOOK, once=True, max_concurrent=args.max_concurrent)
     profiler = cProfile.Profile() if args.cprofile else None
     cpu0 = time.process_time()
     started = time.perf_counter()

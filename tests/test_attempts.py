@@ -16,7 +16,7 @@ from tests.helpers import PHORGE_DB, Phorge
 from tests.receiver import Receiver
 from webhook_delivery.records.models import DeliveryAttempt
 from webhook_delivery.worker.attempts import prune
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import build_worker
 
 pytestmark = PHORGE_DB
 
@@ -42,7 +42,7 @@ def test_every_kind_of_attempt_is_one_row_with_its_fields(phorge: Phorge, delive
             outbound_blacklist=(ipaddress.ip_network("127.0.0.2/32"),),
             attempt_log_body_bytes=64,
         )
-        worker = Worker(config, once=True)
+        worker = build_worker(config, once=True)
         worker.run()
     rows = {kind: attempts_of(phid) for kind, phid in kinds.items()}
     assert {kind: len(found) for kind, found in rows.items()} == dict.fromkeys(kinds, 1)
@@ -69,7 +69,7 @@ def test_every_kind_of_attempt_is_one_row_with_its_fields(phorge: Phorge, delive
 def test_no_answer_body_is_kept_unless_asked_for(phorge: Phorge, delivery_config: Any) -> None:
     with Receiver() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/a/ok")))
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
     assert [a.response_prefix for a in attempts_of(phid)] == [""]
 
 
@@ -77,7 +77,7 @@ def test_hundreds_of_deliveries_are_all_recorded_in_batches(phorge: Phorge, deli
     with Receiver() as receiver:
         hooks = [phorge.hook(receiver.url(f"/many{i}/ok")) for i in range(4)]
         phids = [phorge.request(hooks[i % 4]) for i in range(300)]
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert len(receiver.requests) == 300
     assert DeliveryAttempt.objects.filter(request_phid__in=phids).count() == 300
 
@@ -92,7 +92,7 @@ def test_django_database_down_delivers_everything_and_counts_what_went_unrecorde
     try:
         with Receiver() as receiver:
             phids = [phorge.request(phorge.hook(receiver.url(f"/down{i}/ok"))) for i in range(5)]
-            Worker(delivery_config, once=True).run()
+            build_worker(delivery_config, once=True).run()
             assert len(receiver.requests) == 5
     finally:
         with connections["default"].schema_editor() as editor:

@@ -25,11 +25,9 @@ from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
 from tests.receiver import Receiver
 from webhook_delivery.phorge.locks import webhook_lock_name
 from webhook_delivery.worker.dispatcher import Dispatcher
-from webhook_delivery.worker.job import Job, JobRunner
-from webhook_delivery.worker.loop import Worker
-from webhook_delivery.worker.metrics import Counters
-from webhook_delivery.worker.sessions import LockSession, SessionPool
-from webhook_delivery.worker.store import Store
+from webhook_delivery.worker.job import Job
+from webhook_delivery.worker.loop import Worker, build_worker
+from webhook_delivery.worker.parts import build_parts
 
 pytestmark = PHORGE_DB
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +124,7 @@ def test_no_row_of_the_bad_row_corpus_is_sent_twice_loops_or_logs_a_traceback(
         odd_object = phorge.request(hook, object_phid=b"PHID-TASK-\xff\xfe\x00x")  # type: ignore[arg-type]
         config = dataclasses.replace(delivery_config, retry_backoff_sec=0, claim_lease_sec=8)
         for _ in range(2):  # a second run finds nothing left to do
-            Worker(config, once=True).run()
+            build_worker(config, once=True).run()
         sent_bodies = [r.body for r in receiver.requests]
         assert len(sent_bodies) == len({r.body for r in receiver.requests})  # nothing POSTed twice
         for name, phid in [*rows.items(), ("odd object", odd_object)]:
@@ -148,7 +146,7 @@ def test_a_row_sent_but_not_writable_is_never_sent_again(phorge: Phorge, deliver
         phid = phorge.request(hook, properties='{"retry":"forever","x":1e400}')
         config = dataclasses.replace(delivery_config, claim_lease_sec=1, retry_backoff_sec=0)
         for _ in range(3):
-            Worker(config, once=True).run()
+            build_worker(config, once=True).run()
         assert receiver.requests == []  # refused before any POST, as the column cannot take the result
         row = phorge.row(phid)
         assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
@@ -172,7 +170,7 @@ def test_malformed_host_names_fail_for_good_without_a_call(
 ) -> None:
     caplog.set_level(logging.INFO, logger="webhook_delivery")
     phid = phorge.request(phorge.hook(uri), retry="forever")
-    Worker(dataclasses.replace(delivery_config, outbound_blacklist=()), once=True).run()
+    build_worker(dataclasses.replace(delivery_config, outbound_blacklist=()), once=True).run()
     row = phorge.row(phid)
     assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
     assert row["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
@@ -240,16 +238,21 @@ def test_the_offered_filters_and_search_still_work(phorge: Phorge, staff: Client
 # -- 5. a failed result write never costs the hook's lock --------------------------------------------------------
 
 
-class FlakyStore(Store):
-    """The first result write fails as a dropped connection would."""
+class FlakyStore:
+    """The worker's store, whose first result write fails as a dropped connection would."""
 
-    failed = False
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.failed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
 
     def write_outcome(self, *args: Any, **kwargs: Any) -> int | None:
         if not self.failed:
             self.failed = True
             raise OperationalError(2013, "Lost connection to server during query")
-        return super().write_outcome(*args, **kwargs)
+        return self.store.write_outcome(*args, **kwargs)
 
 
 def test_every_post_of_a_job_happens_under_the_hook_lock_across_a_failed_write(
@@ -267,21 +270,13 @@ def test_every_post_of_a_job_happens_under_the_hook_lock_across_a_failed_write(
     with Receiver(on_receive=check_lock) as receiver:
         hook = phorge.hook(receiver.url("/locked/ok"))
         phids = [phorge.request(hook) for _ in range(4)]
-        pool = SessionPool("phorge", 2)
-        locks = LockSession("phorge")
+        parts = build_parts(delivery_config, dispatcher=Dispatcher(delivery_config))
+        parts.store = FlakyStore(parts.store)
+        worker = Worker(delivery_config, parts)
         try:
-            runner = JobRunner(
-                delivery_config,
-                store=FlakyStore("phorge", pool=pool),
-                locks=locks,
-                dispatcher=Dispatcher(delivery_config),
-                counters=Counters(),
-                stopping=threading.Event(),
-            )
-            result = runner.run(Job(hook, Store().hooks()[hook], [phorge.snapshot(p) for p in phids]))
+            result = worker.runner.run(Job(hook, worker.reader.hooks()[hook], [phorge.snapshot(p) for p in phids]))
         finally:
-            locks.close()
-            pool.close()
+            parts.closing.close()
             watcher.close()
     assert len(receiver.requests) == 4 and not result.database_error
     assert all(holder is not None for holder in holders) and len(set(holders)) == 1
@@ -307,7 +302,7 @@ def test_text_log_lines_name_the_request_the_hook_and_the_reason(phorge: Phorge,
             hook = phorge.hook(receiver.url("/down/s503"))
             phid = phorge.request(hook)
             refused = phorge.request(phorge.hook("http://a..example.com/"))
-            Worker(dataclasses.replace(delivery_config, outbound_blacklist=()), once=True).run()
+            build_worker(dataclasses.replace(delivery_config, outbound_blacklist=()), once=True).run()
     finally:
         logging.getLogger("webhook_delivery").removeHandler(handler)
     lines = [TextFormatter().format(record) for record in records]
@@ -407,7 +402,7 @@ def test_a_slow_silent_mode_read_delays_the_claim_not_the_attempt(
         started = time.monotonic()
         unlock.start()
         try:
-            Worker(config, once=True).run()
+            build_worker(config, once=True).run()
         finally:
             unlock.join()
             locker.close()
@@ -513,7 +508,7 @@ def test_the_next_permitted_address_is_tried_when_the_first_refuses(phorge: Phor
     with Receiver() as receiver:  # listens on 127.0.0.1 only: 127.0.0.2 refuses
         phid = phorge.request(phorge.hook(f"http://two.example.test:{receiver.port}/two/ok"))
         config = dataclasses.replace(delivery_config, outbound_blacklist=())
-        Worker(config, once=True, dispatcher=Dispatcher(config, resolver=two_addresses)).run()
+        build_worker(config, once=True, dispatcher=Dispatcher(config, resolver=two_addresses)).run()
         assert [r.path for r in receiver.requests] == ["/two/ok"]
         assert receiver.requests[0].header("Host") == f"two.example.test:{receiver.port}"
     assert phorge.row(phid)["status"] == "sent"
@@ -524,7 +519,7 @@ def test_an_unreadable_request_is_shown_as_such_on_the_dashboard(
 ) -> None:
     text = '{"retry":"forever","x":1e400}'
     phid = phorge.request(phorge.hook("http://127.0.0.1:9/unreadable", name="unreadable hook"), properties=text)
-    Worker(delivery_config, once=True).run()
+    build_worker(delivery_config, once=True).run()
     assert phorge.row(phid)["properties"] == text
     page = staff.get("/").content.decode()
     failures = page[page.index('id="failures"') :]

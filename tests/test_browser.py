@@ -12,7 +12,7 @@ from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
 from tests.receiver import Receiver
 from tests.ui_helpers import seed_bulk
 from webhook_delivery.records.models import WorkerHeartbeat
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import build_worker
 
 pytestmark = [PHORGE_DB, pytest.mark.browser]
 
@@ -124,7 +124,7 @@ def test_from_the_dashboard_to_a_hook_and_a_request_in_chromium(
         for _ in range(6):
             phorge.request(healthy)
         failed = phorge.request(broken)
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert len(receiver.requests) == 7
     viewer(django_user_model)
     page = chromium.new_page(viewport={"width": 1280, "height": 900})

@@ -15,9 +15,11 @@ from tests.helpers import PHORGE_DB, Phorge, as_request_row
 from tests.ui_helpers import full_scans, logged_attempt, properties, seed_bulk, seed_contract
 from tests.urlwalk import every_page, is_public
 from webhook_delivery.phorge.herald import is_due, next_due
+from webhook_delivery.reads import herald as selectors
+from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.models import DeliveryAttempt
 from webhook_delivery.state import PhpDelivery
-from webhook_delivery.web import dashboard, phorge_status, selectors
+from webhook_delivery.web import dashboard
 
 pytestmark = [PHORGE_DB]
 

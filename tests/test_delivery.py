@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.helpers import PHORGE_DB, Phorge
 from tests.receiver import Receiver
 from webhook_delivery.phorge.herald import Dialect, RequestRow, backoff_until, counts_toward_breaker, is_due, next_due
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import Worker, build_worker
 from webhook_delivery.worker.store import Store
 
 pytestmark = PHORGE_DB
@@ -27,7 +27,7 @@ pytestmark = PHORGE_DB
 
 def run_until(config: Any, done: Callable[[], bool], *, timeout: float = 20.0, **options: Any) -> Worker:
     """Run a long-running worker in a thread until `done()` holds, then stop it like SIGTERM would."""
-    worker = Worker(config, **options)
+    worker = build_worker(config, **options)
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
@@ -179,7 +179,7 @@ def test_a_hook_in_error_backoff_does_not_hold_back_other_hooks(phorge: Phorge, 
         stuck = [phorge.request(broken, retry="forever") for _ in range(40)]
         fine = [phorge.request(healthy) for _ in range(5)]
         config = dataclasses.replace(delivery_config, error_threshold=10, error_backoff_sec=300)
-        Worker(config, once=True, max_concurrent=1).run()
+        build_worker(config, once=True, max_concurrent=1).run()
         assert all(phorge.row(p)["status"] == "sent" for p in fine)
         assert all(phorge.row(p)["lastRequestResult"] == "none" for p in stuck)
         assert [r.path for r in receiver.requests] == ["/healthy/ok"] * 5
@@ -191,7 +191,7 @@ def test_breaker_trips_after_the_threshold_and_stops_calling(phorge: Phorge, del
         for _ in range(8):
             phorge.request(broken, retry="forever")
         config = dataclasses.replace(delivery_config, error_threshold=3, error_backoff_sec=300)
-        Worker(config, once=True).run()
+        build_worker(config, once=True).run()
         assert len(receiver.requests) == 3
         results = Counter(row["lastRequestResult"] for row in phorge.rows())
         assert results == {"fail": 3, "none": 5}
@@ -215,8 +215,8 @@ def test_forever_retry_waits_the_retry_backoff_not_the_lease(phorge: Phorge, del
 def test_never_retry_fails_for_good(phorge: Phorge, delivery_config: Any) -> None:
     with Receiver() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/gone/s410")), retry="never")
-        Worker(dataclasses.replace(delivery_config, retry_backoff_sec=0), once=True).run()
-        Worker(dataclasses.replace(delivery_config, retry_backoff_sec=0), once=True).run()
+        build_worker(dataclasses.replace(delivery_config, retry_backoff_sec=0), once=True).run()
+        build_worker(dataclasses.replace(delivery_config, retry_backoff_sec=0), once=True).run()
         assert len(receiver.requests) == 1
         row = phorge.row(phid)
         assert (row["status"], row["lastRequestResult"]) == ("failed", "fail")
@@ -227,7 +227,7 @@ def test_undecodable_properties_fail_with_the_column_untouched(phorge: Phorge, d
         hook = phorge.hook(receiver.url("/h/ok"))
         broken = '{"retry":"forever",'
         phid = phorge.request(hook, properties=broken)
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         row = phorge.row(phid)
         assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
         assert row["properties"] == broken
@@ -241,7 +241,7 @@ def test_empty_hmac_key_leaves_requests_queued_and_untouched(phorge: Phorge, del
         waiting = phorge.request(unsigned)
         before = phorge.row(waiting)
         delivered = phorge.request(signed)
-        worker = Worker(delivery_config, once=True)
+        worker = build_worker(delivery_config, once=True)
         worker.run()
         assert phorge.row(waiting) == before
         assert phorge.row(delivered)["status"] == "sent"
@@ -259,7 +259,7 @@ def test_configuration_failures(phorge: Phorge, delivery_config: Any, status: st
         phid = phorge.request(hook, retry="forever")
         if status == "missing":
             phorge.execute("DELETE FROM herald_webhook")
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         row = phorge.row(phid)
         assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
         assert row["properties"].endswith(f',"errorType":"hook","errorCode":"{code}"}}')
@@ -274,7 +274,7 @@ def test_old_rows_below_the_frontier_and_late_commits_are_found(phorge: Phorge, 
         gap_id = phorge.row(first)["id"] + 1
         phorge.execute("ALTER TABLE herald_webhookrequest AUTO_INCREMENT = %s" % (gap_id + 1))
         second = phorge.request(hook)
-        worker = Worker(dataclasses.replace(delivery_config, poll_interval_ms=20))
+        worker = build_worker(dataclasses.replace(delivery_config, poll_interval_ms=20))
         thread = threading.Thread(target=worker.run)
         thread.start()
         try:

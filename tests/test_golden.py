@@ -15,7 +15,7 @@ from tests.helpers import PHORGE_DB, Phorge
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery.config import default_blacklist
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import build_worker
 
 pytestmark = PHORGE_DB
 
@@ -34,7 +34,7 @@ def _phorge_side(case: dict[str, Any], databases: AppDatabases) -> None:
 
 def _run(config: Any) -> tuple[float, float]:
     started = time.time()
-    Worker(config, once=True).run()
+    build_worker(config, once=True).run()
     return started, time.time()
 
 

@@ -15,8 +15,9 @@ from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from webhook_delivery.config import default_blacklist
-from webhook_delivery.reads import phorge_status, selectors
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.reads import herald as selectors
+from webhook_delivery.reads import phorge_status
+from webhook_delivery.worker.loop import build_worker
 
 pytestmark = PHORGE_DB
 TOKEN = "handover-t0ken"
@@ -64,7 +65,7 @@ def test_worker_logs_the_guard_once_per_change(
     worker_db.create(["worker"])
     worker_db.worker_task()
     caplog.set_level(logging.INFO)
-    worker = Worker(delivery_config, once=True)
+    worker = build_worker(delivery_config, once=True)
     worker.run()
     worker.run()
     warnings = [r for r in caplog.records if "PHP worker is also delivering" in r.getMessage()]
@@ -88,7 +89,7 @@ def test_phorges_own_blacklist_is_read_and_the_variable_wins_over_it(
     )
     with Receiver() as receiver:
         allowed = phorge.request(phorge.hook(receiver.url("/internal/ok")), retry="forever")
-        Worker(unset, once=True).run()
+        build_worker(unset, once=True).run()
         assert phorge.row(allowed)["status"] == "sent"
         namespace = settings.GORGE_WEBHOOK.namespace
         in_force = (
@@ -99,7 +100,7 @@ def test_phorges_own_blacklist_is_read_and_the_variable_wins_over_it(
 
         refused = phorge.request(phorge.hook(receiver.url("/internal2/ok")), retry="forever")
         from_env = dataclasses.replace(unset, outbound_blacklist_from_env=True)  # the variable, set to the default
-        Worker(from_env, once=True).run()
+        build_worker(from_env, once=True).run()
         assert [r.path for r in receiver.requests] == ["/internal/ok"]
     assert phorge.row(refused)["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
 
@@ -113,7 +114,7 @@ def test_without_phorges_config_the_default_list_is_in_force_and_the_log_says_wh
     )
     with Receiver() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/internal/ok")))
-        Worker(unset, once=True).run()
+        build_worker(unset, once=True).run()
         assert receiver.requests == []
     assert phorge.row(phid)["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
     said = [r.getMessage() for r in caplog.records if "in force: security.outbound-blacklist" in r.getMessage()]
@@ -143,14 +144,14 @@ def test_a_request_with_a_live_php_task_is_left_to_php_until_the_task_is_gone(
         now = phorge.now()
         task = worker_db.worker_task(object_phid=php_owned, lease_owner="4242:1:host:1", lease_expires=now + 7200)
         before = phorge.row(php_owned)
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert [r.object_phid for r in receiver.requests] == [phorge.row(ours)["objectPHID"]]
         assert phorge.row(php_owned) == before  # not even claimed
 
         worker_db.execute(f"DELETE FROM {worker_db.table('worker', 'worker_activetask')} WHERE id = %s", (task,))
         worker_db.worker_task(archived=True, result=2, object_phid=php_owned)  # cancelled: now it is ours
-        Worker(delivery_config, once=True).run()
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert len(receiver.requests) == 2
     assert phorge.row(php_owned)["status"] == "sent"
 
@@ -163,10 +164,10 @@ def test_while_php_delivers_a_brand_new_request_waits_until_its_task_would_show(
     worker_db.worker_task()  # phd is at work on another request
     with Receiver() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/young/ok")))
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert receiver.requests == []
         time.sleep(3.5)
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert len(receiver.requests) == 1
     assert phorge.row(phid)["status"] == "sent"
 
@@ -180,7 +181,7 @@ def test_a_deleted_object_leaves_its_hook_ok(phorge: Phorge, worker_db: AppDatab
         hook = phorge.hook(receiver.url("/objects/ok"), name="objects")
         phorge.request(hook, object_phid=worker_db.task(), created=phorge.now() - 5)
         gone = phorge.request(hook, object_phid=random_phid("TASK"))  # its task was deleted meanwhile
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert len(receiver.requests) == 1
     assert phorge.row(gone)["properties"].endswith(',"errorType":"hook","errorCode":"object"}')
     health = {h.phid: h for h in selectors.queue_health(settings.GORGE_WEBHOOK).hooks}[hook]

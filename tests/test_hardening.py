@@ -170,13 +170,13 @@ def test_a_unicode_digit_transaction_key_is_unsendable_without_a_traceback(
     import dataclasses
     import logging
 
-    from webhook_delivery.worker.loop import Worker
+    from webhook_delivery.worker.loop import build_worker
 
     caplog.set_level(logging.DEBUG)
     properties = UNICODE_DIGIT_KEYS[name]
     hook = phorge.hook(receiver.url("/unicode-keys/ok"))
     phid = phorge.request(hook, properties=properties)
-    Worker(dataclasses.replace(delivery_config, retry_backoff_sec=0), once=True).run()
+    build_worker(dataclasses.replace(delivery_config, retry_backoff_sec=0), once=True).run()
     row = phorge.row(phid)
     assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
     assert row["properties"] == properties  # byte for byte as stored
@@ -287,7 +287,7 @@ def test_text_log_lines_escape_control_characters_from_phorge_rows(phorge: Any, 
 
     from tests.receiver import Receiver
     from webhook_delivery.logformat import JsonFormatter, TextFormatter
-    from webhook_delivery.worker.loop import Worker
+    from webhook_delivery.worker.loop import build_worker
 
     records: list[logging.LogRecord] = []
 
@@ -302,7 +302,7 @@ def test_text_log_lines_escape_control_characters_from_phorge_rows(phorge: Any, 
         with Receiver() as receiver:
             hook = phorge.hook(receiver.url("/ctl/s503"))
             phorge.request(hook, phid=evil)
-            Worker(dataclasses.replace(delivery_config, retry_backoff_sec=0), once=True).run()
+            build_worker(dataclasses.replace(delivery_config, retry_backoff_sec=0), once=True).run()
     finally:
         logging.getLogger("webhook_delivery").removeHandler(handler)
     failed = [r for r in records if r.__dict__.get("request") == evil]
@@ -357,7 +357,7 @@ def test_the_delivery_id_is_sent_only_for_configured_hooks_and_is_the_same_on_ev
     import dataclasses
 
     from webhook_delivery.phorge.delivery_id import parse_delivery_id_hooks
-    from webhook_delivery.worker.loop import Worker
+    from webhook_delivery.worker.loop import build_worker
 
     chosen = phorge.hook(receiver.url("/dedup/s503"))
     other = phorge.hook(receiver.url("/plain/ok"))
@@ -368,10 +368,10 @@ def test_the_delivery_id_is_sent_only_for_configured_hooks_and_is_the_same_on_ev
     config = dataclasses.replace(
         delivery_config, retry_backoff_sec=0, delivery_id_hooks=parse_delivery_id_hooks(f"{chosen},{redirected}")
     )
-    Worker(config, once=True).run()  # the first attempt fails (503): the row stays queued, to be retried
+    build_worker(config, once=True).run()  # the first attempt fails (503): the row stays queued, to be retried
     assert phorge.row(retried)["status"] == "queued"
     phorge.execute("UPDATE herald_webhook SET webhookURI = %s WHERE phid = %s", [receiver.url("/dedup/ok"), chosen])
-    Worker(config, once=True).run()
+    build_worker(config, once=True).run()
     assert phorge.row(retried)["status"] == "sent"
 
     to_chosen = [r for r in receiver.requests if r.path.startswith("/dedup/")]
@@ -399,14 +399,14 @@ def test_no_delivery_id_by_default_and_for_every_hook_with_a_star(
     import dataclasses
 
     from webhook_delivery.phorge.delivery_id import ALL
-    from webhook_delivery.worker.loop import Worker
+    from webhook_delivery.worker.loop import build_worker
 
     assert settings.GORGE_WEBHOOK.delivery_id_hooks.off  # unset: off
     hook = phorge.hook(receiver.url("/default/ok"))
     first = phorge.request(hook)
-    Worker(delivery_config, once=True).run()
+    build_worker(delivery_config, once=True).run()
     second = phorge.request(hook)
-    Worker(dataclasses.replace(delivery_config, delivery_id_hooks=ALL), once=True).run()
+    build_worker(dataclasses.replace(delivery_config, delivery_id_hooks=ALL), once=True).run()
     assert [r.header("webhook-id") for r in receiver.requests] == [None, second]
     assert phorge.row(first)["status"] == phorge.row(second)["status"] == "sent"
 
@@ -421,16 +421,16 @@ def test_the_delivery_id_is_the_same_when_a_failed_request_is_requeued(
     from django.core.management import call_command
 
     from webhook_delivery.phorge.delivery_id import ALL
-    from webhook_delivery.worker.loop import Worker
+    from webhook_delivery.worker.loop import build_worker
 
     hook = phorge.hook(receiver.url("/again/s500"))
     phid = phorge.request(hook, retry="never")
     config = dataclasses.replace(delivery_config, delivery_id_hooks=ALL)
-    Worker(config, once=True).run()
+    build_worker(config, once=True).run()
     assert phorge.row(phid)["status"] == "failed"
     phorge.execute("UPDATE herald_webhook SET webhookURI = %s WHERE phid = %s", [receiver.url("/again/ok"), hook])
     call_command("requeue_webhooks", "--hook", hook, stdout=io.StringIO())
-    Worker(config, once=True).run()
+    build_worker(config, once=True).run()
     assert phorge.row(phid)["status"] == "sent"
     assert [(r.path, r.header("webhook-id")) for r in receiver.requests] == [("/again/s500", phid), ("/again/ok", phid)]
 

@@ -22,7 +22,7 @@ from tests.processes import ROOT, count_status, seed, wait_for
 from tests.receiver import Receiver
 from webhook_delivery.records.holds import REASON_MAX, active_holds, hold_of
 from webhook_delivery.records.models import HookHold
-from webhook_delivery.worker.loop import HEARTBEAT_SEC, Worker
+from webhook_delivery.worker.loop import HEARTBEAT_SEC, build_worker
 
 pytestmark = PHORGE_DB
 SEEN_WITHIN = 2 * HEARTBEAT_SEC + 2  # a heartbeat, and the poll after it, with room for a loaded machine
@@ -192,7 +192,7 @@ def test_once_runs_leave_a_held_hook_byte_identical_and_deliver_each_once_after_
     holds("--hook", held, "--reason", "maintenance", "--by", "ops")
     before = raw_rows(phorge, held)
     for _ in range(2):
-        worker = Worker(delivery_config, once=True)
+        worker = build_worker(delivery_config, once=True)
         worker.run()
         assert raw_rows(phorge, held) == before
         assert not calls(receiver, "/held/")
@@ -200,7 +200,7 @@ def test_once_runs_leave_a_held_hook_byte_identical_and_deliver_each_once_after_
         assert any(line.startswith("left the requests of 1 held hook(s)") for line in worker.summary())
         assert worker.snapshot()["hooks_held"] == [held]
     holds("--release", "--hook", held)
-    worker = Worker(delivery_config, once=True)
+    worker = build_worker(delivery_config, once=True)
     worker.run()
     assert not any("held hook" in line for line in worker.summary())
     assert calls(receiver, "/held/") == Counter(held_objects)  # each exactly once

@@ -22,11 +22,8 @@ from tests.processes import WorkerProcess, count_status, seed, wait_for
 from tests.receiver import Receiver
 from webhook_delivery.phorge.locks import webhook_lock_name
 from webhook_delivery.worker.dispatcher import Dispatcher
-from webhook_delivery.worker.job import Job, JobRunner
-from webhook_delivery.worker.loop import Worker
-from webhook_delivery.worker.metrics import Counters
-from webhook_delivery.worker.sessions import LockSession, SessionPool
-from webhook_delivery.worker.store import Store
+from webhook_delivery.worker.job import Job
+from webhook_delivery.worker.loop import build_worker
 
 pytestmark = PHORGE_DB
 
@@ -40,22 +37,12 @@ def test_a_failing_hooks_job_stops_after_its_first_failed_attempt(phorge: Phorge
     with Receiver() as receiver:
         hook = phorge.hook(receiver.url("/down/s503"))
         phids = [phorge.request(hook, retry="forever") for _ in range(5)]
-        pool = SessionPool("phorge", 2)
-        locks = LockSession("phorge")
+        worker = build_worker(delivery_config, dispatcher=Dispatcher(delivery_config))
         try:
-            runner = JobRunner(
-                delivery_config,
-                store=Store("phorge", pool=pool),
-                locks=locks,
-                dispatcher=Dispatcher(delivery_config),
-                counters=Counters(),
-                stopping=threading.Event(),
-            )
-            hooks = Store().hooks()
-            result = runner.run(Job(hook, hooks[hook], [phorge.snapshot(phid) for phid in phids]))
+            hooks = worker.reader.hooks()
+            result = worker.runner.run(Job(hook, hooks[hook], [phorge.snapshot(phid) for phid in phids]))
         finally:
-            locks.close()
-            pool.close()
+            worker.parts.closing.close()
         assert len(receiver.requests) == 1
         assert result.answered is False and len(result.settlement.retried) == 1 and not result.settlement.done
         untouched = [phorge.row(phid) for phid in phids[1:]]
@@ -70,7 +57,7 @@ def test_a_hook_that_answers_is_delivered_while_many_receivers_hang(phorge: Phor
         healthy = phorge.hook(receiver.url("/healthy/ok"))
         first = phorge.request(healthy)
         config = dataclasses.replace(delivery_config, delivery_timeout=5.0, claim_lease_sec=12, poll_interval_ms=20)
-        worker = Worker(config, max_concurrent=8)
+        worker = build_worker(config, max_concurrent=8)
         thread = threading.Thread(target=worker.run)
         thread.start()
         try:

@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import PHORGE_DB, Phorge, worker_env
 from tests.processes import ROOT
 from tests.receiver import Receiver
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import build_worker
 from webhook_delivery.worker.store import INLINE_PROPERTIES, Store
 
 pytestmark = PHORGE_DB
@@ -79,8 +79,8 @@ def test_a_value_longer_than_the_server_could_take_settles_as_unreadable_without
         big = phorge.request(hook, properties=big_properties(1))
         small = phorge.request(hook, retry="forever")
         before = phorge.row(big)
-        Worker(dataclasses.replace(delivery_config, attempt_log=False), once=True).run()
-        Worker(dataclasses.replace(delivery_config, attempt_log=False), once=True).run()
+        build_worker(dataclasses.replace(delivery_config, attempt_log=False), once=True).run()
+        build_worker(dataclasses.replace(delivery_config, attempt_log=False), once=True).run()
         assert [r.object_phid for r in receiver.requests] == [phorge.row(small)["objectPHID"]]
     after = phorge.row(big)
     assert (after["status"], after["lastRequestResult"], after["lastRequestEpoch"]) == ("failed", "none", 0)

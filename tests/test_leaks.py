@@ -19,7 +19,7 @@ from tests.receiver import Receiver
 from tests.ui_helpers import properties
 from tests.urlwalk import every_page
 from webhook_delivery.logformat import JsonFormatter
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import build_worker
 
 pytestmark = [PHORGE_DB]
 TOKEN = "leak-test-t0ken"
@@ -73,7 +73,7 @@ def test_no_uri_or_key_anywhere(
                 delivery_timeout=2.0,
                 claim_lease_sec=8,
             )
-            assert Worker(config, once=True).run() == 0
+            assert build_worker(config, once=True).run() == 0
             bodies = fetch_everything(admin_client, hooks, requests)
 
         assert [r.path for r in receiver.requests].count(f"/{uri_marker}/ok") == 1  # the delivery really ran

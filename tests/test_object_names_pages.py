@@ -24,7 +24,7 @@ from webhook_delivery.grants import grants_sql
 from webhook_delivery.phorge.databases import Masters, MasterUnavailable, Route
 from webhook_delivery.phorge.object_names import READERS, ObjectNames
 from webhook_delivery.phorge.objects import OBJECT_TABLES
-from webhook_delivery.web import object_names as web_names
+from webhook_delivery.reads import object_names as web_names
 
 pytestmark = [PHORGE_DB]
 

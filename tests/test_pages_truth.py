@@ -17,11 +17,12 @@ from tests.helpers import PHORGE_DB, Phorge
 from tests.phorge_app_db import AppDatabases
 from tests.receiver import Receiver
 from tests.ui_helpers import explain, full_scans, logged_attempt, properties
+from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.heartbeat import Heartbeat
 from webhook_delivery.records.models import DeliveryAttempt, WorkerHeartbeat
 from webhook_delivery.templatetags.webhook_dashboard import error_label
-from webhook_delivery.web import history, phorge_status
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.web import history
+from webhook_delivery.worker.loop import build_worker
 
 pytestmark = PHORGE_DB
 NOT_RECORDED = "attempts by Phorge's PHP worker are not recorded"
@@ -48,12 +49,12 @@ def test_a_failed_attempt_stays_counted_after_the_retry_succeeds(
     with Receiver() as receiver:
         hook = phorge.hook(receiver.url("/flaky/s500"), name="Flaky receiver")
         request = phorge.request(hook, retry="forever")
-        Worker(config, once=True).run()
+        build_worker(config, once=True).run()
         assert (phorge.row(request)["status"], phorge.row(request)["lastRequestResult"]) == ("queued", "fail")
         # The receiver is fixed; the retry waits out the backoff, then succeeds.
         phorge.execute("UPDATE herald_webhook SET webhookURI = %s WHERE phid = %s", (receiver.url("/flaky/ok"), hook))
         time.sleep(2.1)
-        Worker(config, once=True).run()
+        build_worker(config, once=True).run()
         assert [r.path for r in receiver.requests] == ["/flaky/s500", "/flaky/ok"]
     row = phorge.row(request)
     assert (row["status"], row["lastRequestResult"]) == ("sent", "okay")  # Phorge's row forgot the failure
@@ -84,11 +85,11 @@ def test_a_failed_request_requeued_and_resent_stays_counted_on_the_chart_and_the
     with Receiver() as receiver:
         hook = phorge.hook(receiver.url("/requeue/s503"), name="Requeued receiver")
         request = phorge.request(hook, retry="never")
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert phorge.row(request)["status"] == "failed"
         phorge.execute("UPDATE herald_webhook SET webhookURI = %s WHERE phid = %s", (receiver.url("/requeue/ok"), hook))
         call_command("requeue_webhooks", "--hook", hook, "--yes")
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert [r.path for r in receiver.requests] == ["/requeue/s503", "/requeue/ok"]
     assert (phorge.row(request)["status"], phorge.row(request)["lastRequestResult"]) == ("sent", "okay")
     series = history.delivery_series(phorge.now())

@@ -30,7 +30,7 @@ from webhook_delivery.phorge.config import PhorgeSettings
 from webhook_delivery.phorge.databases import PartitionMap, Placement
 from webhook_delivery.phorge.objects import PhorgeObjects
 from webhook_delivery.phorge.php_guard import PhpWorkerGuard
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import build_worker
 
 HERALD_MASTER = "db-a.example.org:3306"
 OTHER_MASTER = "db-b.example.org:3306"
@@ -208,7 +208,7 @@ def test_a_live_object_on_another_master_is_delivered_never_failed(
         phid = phorge.request(
             hook, object_phid=task, properties=seeding.properties(transactions=stored, triggers=[hook])
         )
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         assert len(receiver.requests) == 1
         body = json.loads(receiver.requests[0].body)
     assert body["object"]["phid"] == task
@@ -230,7 +230,7 @@ def test_without_a_partitioned_map_a_missing_object_fails_as_today(
     try:
         with Receiver() as receiver:
             gone = phorge.request(phorge.hook(receiver.url("/single/ok")), object_phid=random_phid("TASK"))
-            Worker(delivery_config, once=True).run()
+            build_worker(delivery_config, once=True).run()
             assert receiver.requests == []
         assert phorge.row(gone)["properties"].endswith(',"errorType":"hook","errorCode":"object"}')
     finally:

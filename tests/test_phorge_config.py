@@ -28,7 +28,7 @@ from webhook_delivery.config import default_blacklist
 from webhook_delivery.phorge.config import REQUEST_RETENTION_SEC, LocalConfigFile, LocalRead, resolve
 from webhook_delivery.phorge.locks import webhook_lock_name
 from webhook_delivery.reads import phorge_status
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import build_worker
 
 pytestmark = PHORGE_DB
 TABLE = "`ns_config`.`config_entry`"
@@ -142,7 +142,7 @@ def test_silent_in_local_json_fails_requests_as_phorge_does_without_a_call(
     write_local(path, {"mysql.host": "db", "phabricator.silent": True})
     with Receiver() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/silent/ok")), retry="forever")
-        Worker(dataclasses.replace(unset, phorge_local_config=str(path)), once=True).run()
+        build_worker(dataclasses.replace(unset, phorge_local_config=str(path)), once=True).run()
         assert receiver.requests == []
     row = phorge.row(phid)
     assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
@@ -156,7 +156,7 @@ def test_an_empty_blacklist_in_local_json_lets_a_receiver_on_loopback_be_called(
     write_local(path, {"phabricator.silent": False, "security.outbound-blacklist": []})
     with Receiver() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/internal/ok")), retry="forever")
-        Worker(dataclasses.replace(unset, phorge_local_config=str(path)), once=True).run()
+        build_worker(dataclasses.replace(unset, phorge_local_config=str(path)), once=True).run()
         assert len(receiver.requests) == 1
     assert phorge.row(phid)["status"] == "sent"
 
@@ -169,7 +169,7 @@ def test_start_up_lines_name_each_settings_value_and_source(
     path = tmp_path / "local.json"
     write_local(path, {"security.outbound-blacklist": []})
     caplog.set_level(logging.INFO, logger="webhook_delivery")
-    Worker(dataclasses.replace(unset, silent=False, phorge_local_config=str(path)), once=True).run()
+    build_worker(dataclasses.replace(unset, silent=False, phorge_local_config=str(path)), once=True).run()
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Phorge setting in force")]
     table = f"`{settings.GORGE_WEBHOOK.namespace}_config`.`config_entry`"
     assert said[0] == "Phorge setting in force: phabricator.silent = off, from variable (GORGE_WEBHOOK_SILENT)"
@@ -201,7 +201,7 @@ def test_no_file_no_grant_no_variable_delivers_nothing_and_says_so_everywhere(
     with Receiver() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/unknown/ok")), retry="forever")
         before = phorge.row(phid)
-        worker = Worker(unset, once=True)
+        worker = build_worker(unset, once=True)
         worker.run()
         assert receiver.requests == []
         assert phorge.row(phid) == before  # not even claimed
@@ -227,7 +227,7 @@ def test_no_file_no_grant_no_variable_delivers_nothing_and_says_so_everywhere(
         page = client.get("/").content.decode()
         assert 'data-paused="yes"' in page and "Nothing is delivered:" in page
 
-        Worker(dataclasses.replace(unset, silent=False), once=True).run()  # declared: the same request goes out
+        build_worker(dataclasses.replace(unset, silent=False), once=True).run()  # declared: the same request goes out
         assert len(receiver.requests) == 1
     assert phorge.row(phid)["status"] == "sent"
 
@@ -341,7 +341,7 @@ def test_a_php_style_lock_taker_never_finds_a_hook_busy_while_its_rows_are_only_
     deadline = time.monotonic() + 5.0
     left = 0
     while time.monotonic() < deadline:
-        worker = Worker(delivery_config, once=True)
+        worker = build_worker(delivery_config, once=True)
         worker.run()
         left += worker.counters.snapshot().get("left_to_php.task", 0)
         runs += 1

@@ -17,7 +17,7 @@ from tests.helpers import PHORGE_DB, Phorge, worker_env
 from tests.processes import ROOT, wait_for
 from tests.receiver import Receiver
 from webhook_delivery.phorge.config import REQUEST_RETENTION_SEC, request_retention
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import build_worker
 from webhook_delivery.worker.requeue import ErrorFilter, Requeue, RequeueError, parse_when
 from webhook_delivery.worker.store import Store
 
@@ -79,7 +79,7 @@ def test_dry_run_changes_nothing_and_the_real_run_requeues_exactly_the_selection
         busy = phorge.hook(receiver.url("/busy/s503"), name="Busy receiver")
         slow_rows = [phorge.request(slow) for _ in range(4)]
         busy_rows = [phorge.request(busy) for _ in range(2)]
-        Worker(dataclasses.replace(delivery_config, delivery_timeout=1.0), once=True).run()
+        build_worker(dataclasses.replace(delivery_config, delivery_timeout=1.0), once=True).run()
         assert len(receiver.requests) == 6
     rows = {phid: phorge.row(phid) for phid in slow_rows + busy_rows}
     assert all(row["status"] == "failed" for row in rows.values())
@@ -109,8 +109,8 @@ def test_dry_run_changes_nothing_and_the_real_run_requeues_exactly_the_selection
                 assert row["properties"] == before[phid]["properties"]  # the last error stays until the next try
             else:
                 assert row == before[phid], f"{phid} was not selected but changed"
-        Worker(delivery_config, once=True).run()
-        Worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
+        build_worker(delivery_config, once=True).run()
         delivered = sorted(json.loads(r.body)["object"]["phid"] for r in fixed.requests)
     assert delivered == sorted(before[phid]["objectPHID"] for phid in slow_rows[1:])  # each exactly once
     assert [phorge.row(phid)["status"] for phid in slow_rows] == ["failed", "sent", "sent", "sent"]

@@ -22,7 +22,7 @@ from webhook_delivery.config import default_blacklist, parse_blacklist
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
 from webhook_delivery.worker import transport
 from webhook_delivery.worker.dispatcher import Dispatcher
-from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.loop import build_worker
 
 
 def attempt(uri: str, *, timeout: float = 2.0, blacklist: Any = (), resolver: Any = system_resolver) -> Any:
@@ -44,7 +44,7 @@ def outcome(code: Any, kind: str = "http") -> transport.HttpOutcome:
 def test_default_blacklist_refuses_loopback_without_any_request(phorge: Phorge, delivery_config: Any) -> None:
     with Receiver() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/x/ok")), retry="forever")
-        Worker(dataclasses.replace(delivery_config, outbound_blacklist=default_blacklist()), once=True).run()
+        build_worker(dataclasses.replace(delivery_config, outbound_blacklist=default_blacklist()), once=True).run()
         row = phorge.row(phid)
         assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
         assert row["properties"].endswith('"errorType":"hook","errorCode":"uri"}')
@@ -55,12 +55,12 @@ def test_default_blacklist_refuses_loopback_without_any_request(phorge: Phorge, 
 def test_ipv6_loopback_is_refused(phorge: Phorge, delivery_config: Any) -> None:
     with Receiver(host="::1") as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/v6/ok")))
-        Worker(dataclasses.replace(delivery_config, outbound_blacklist=default_blacklist()), once=True).run()
+        build_worker(dataclasses.replace(delivery_config, outbound_blacklist=default_blacklist()), once=True).run()
         assert phorge.row(phid)["properties"].endswith('"errorCode":"uri"}')
         assert receiver.requests == []
     with Receiver(host="::1") as receiver:  # and reachable when the operator allows it
         phid = phorge.request(phorge.hook(receiver.url("/v6/ok")))
-        Worker(dataclasses.replace(delivery_config, outbound_blacklist=()), once=True).run()
+        build_worker(dataclasses.replace(delivery_config, outbound_blacklist=()), once=True).run()
         assert phorge.row(phid)["status"] == "sent"
         assert receiver.requests[0].header("Host") == f"[::1]:{receiver.port}"
 
@@ -71,7 +71,7 @@ def test_redirect_into_the_blacklist_is_not_followed(phorge: Phorge, delivery_co
         outside.state.redirect_to = inside.url("/internal/ok")
         phid = phorge.request(phorge.hook(outside.url("/public/away")))
         config = dataclasses.replace(delivery_config, outbound_blacklist=parse_blacklist("127.0.0.2/32"))
-        Worker(config, once=True).run()
+        build_worker(config, once=True).run()
         assert [r.path for r in outside.requests] == ["/public/away"]
         assert inside.requests == []
         row = phorge.row(phid)
@@ -115,7 +115,7 @@ def test_temporary_dns_failure_is_retryable_http_6(phorge: Phorge, delivery_conf
 
     phid = phorge.request(phorge.hook("http://flaky-dns.example/x"), retry="forever")
     dispatcher = Dispatcher(delivery_config, resolver=make_resolver(servfail))
-    Worker(delivery_config, once=True, dispatcher=dispatcher).run()
+    build_worker(delivery_config, once=True, dispatcher=dispatcher).run()
     row = phorge.row(phid)
     assert (row["status"], row["lastRequestResult"]) == ("queued", "fail")
     assert row["properties"].endswith('"errorType":"http","errorCode":6}')

@@ -9,7 +9,7 @@ words in messages.py.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -19,6 +19,7 @@ from django.db.models import Min, Q
 
 from ..config import DeliveryConfig
 from ..phorge.config import REQUEST_RETENTION_SEC
+from ..phorge.names import ObjectName
 from ..reads import phorge_status, watching
 from ..reads.health import HookHealth, QueueHealth
 from ..reads.object_names import object_names
@@ -67,7 +68,8 @@ class Remembered:
 
 class Pass:
     """What one watcher pass knows: Phorge's queue (None when herald does not answer) and, read once and only
-    when a condition asks, the heartbeats, the PHP guard and Phorge's settings."""
+    when a condition asks, the heartbeats, the PHP guard, Phorge's settings and the watcher's own reads. The
+    conditions read through it alone, so that a test can hand them another (tests: a pass in memory)."""
 
     def __init__(
         self, now: int, health: QueueHealth | None, config: AlertConfig, delivery: DeliveryConfig, host_now: datetime
@@ -96,6 +98,30 @@ class Pass:
         """Seconds Phorge keeps requests (None: forever); its default while its settings cannot be read."""
         resolved = phorge_status.phorge_settings()
         return REQUEST_RETENTION_SEC if resolved is None else resolved.retention.value
+
+    def incidents(self, last_success: Mapping[str, int]) -> dict[str, watching.Incident]:
+        return watching.incidents(last_success)
+
+    def last_errors(self, phids: Sequence[str]) -> dict[str, watching.LastError]:
+        return watching.last_errors(phids)
+
+    def near_collection(self, phids: Sequence[str], edge: int) -> list[watching.NearCollection]:
+        return watching.near_collection(phids, edge)
+
+    def object_names(self, phids: Iterable[str]) -> dict[str, ObjectName]:
+        return object_names(phids)
+
+    def first_logged_failures(self, hooks: Sequence[HookHealth]) -> dict[str, int]:
+        """The first failed attempt after each hook's last success in this service's attempt log (it
+        remembers each attempt; Phorge only each request's last); {} when it cannot be read."""
+        logged = Q()
+        for hook in hooks:
+            logged |= Q(hook_phid=hook.phid, result="fail", started_at__gt=_dt(hook.last_success or 0))
+        try:
+            rows = DeliveryAttempt.objects.filter(logged).values("hook_phid").annotate(first=Min("started_at"))
+            return {row["hook_phid"]: int(row["first"].timestamp()) for row in rows}
+        except DatabaseError:
+            return {}  # the attempt log is a help here, not a need
 
     def alive_workers(self) -> list[WorkerStatus]:
         threshold = timedelta(seconds=self.config.worker_dead_sec)
@@ -145,10 +171,12 @@ class Receivers(AtOnce):
         troubled = [hook for hook in health.hooks if hook.state in ("failing", "backoff")]
         if not troubled:
             return []
-        incidents = watching.incidents({hook.phid: hook.last_success or 0 for hook in troubled})
-        since = _failing_since(troubled, incidents)
-        last_errors = watching.last_errors([hook.phid for hook in troubled])
-        names = object_names(error.object_phid for error in last_errors.values())
+        incidents = now.incidents({hook.phid: hook.last_success or 0 for hook in troubled})
+        since = {phid: incident.first for phid, incident in incidents.items()}
+        for phid, first in now.first_logged_failures(troubled).items():
+            since[phid] = min(since.get(phid, first), first)
+        last_errors = now.last_errors([hook.phid for hook in troubled])
+        names = now.object_names(error.object_phid for error in last_errors.values())
         found = []
         for hook in troubled:
             start = since.get(hook.phid) or hook.last_failed_attempt or health.now
@@ -208,22 +236,6 @@ class Receivers(AtOnce):
         return messages.failing_over(facts, now.links)
 
 
-def _failing_since(hooks: list[HookHealth], incidents: Mapping[str, watching.Incident]) -> dict[str, int]:
-    """The first failed attempt after each hook's last success: Phorge's rows and this service's attempt log,
-    whichever remembers earlier (Phorge keeps only each request's last attempt)."""
-    since = {phid: incident.first for phid, incident in incidents.items()}
-    logged = Q()
-    for hook in hooks:
-        logged |= Q(hook_phid=hook.phid, result="fail", started_at__gt=_dt(hook.last_success or 0))
-    try:
-        for row in DeliveryAttempt.objects.filter(logged).values("hook_phid").annotate(first=Min("started_at")):
-            epoch = int(row["first"].timestamp())
-            since[row["hook_phid"]] = min(since.get(row["hook_phid"], epoch), epoch)
-    except DatabaseError:
-        pass  # the attempt log is a help here, not a need
-    return since
-
-
 def _dt(epoch: int | float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
@@ -245,7 +257,7 @@ class Collection(AtOnce):
             return []
         edge = health.now - retention + int(now.config.gc_warning_sec)
         found = []
-        for near in watching.near_collection(list(by_phid), edge):
+        for near in now.near_collection(list(by_phid), edge):
             hook = by_phid[near.hook_phid]
             facts = messages.NearCollection(
                 HookRef(hook.phid, hook.name, hook.id), health.now, near.requests, near.oldest, retention

@@ -10,7 +10,6 @@ pool; the lock lives on the process's lock session.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import threading
 import time
@@ -30,9 +29,9 @@ from .attempts import AttemptLog, AttemptRecord
 from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
 from .memory import release_free_memory
 from .metrics import Counters, Event
+from .parts import HookLocks, QueueStore
 from .php_watch import PhpWatch
-from .sessions import LockLost, LockSession
-from .store import Store
+from .sessions import LockLost
 from .window import Settlement
 
 logger = logging.getLogger(__name__)
@@ -43,20 +42,11 @@ PHP_TASK_RECHECK_SEC = 15  # PHP's own worker yields a busy hook for 15 s
 PHP_YOUNG_SEC = 3
 
 
-class Lane(enum.Enum):
-    """Where a job's attempts count (see scheduling.Lanes)."""
-
-    ANSWERING = "answering"  # the hook's last attempt succeeded
-    NEW = "new"  # no attempt of the hook seen yet by this process
-    FAILING = "failing"  # the hook's last attempt failed or timed out
-
-
 @dataclass
 class Job:
     hook_phid: str
     hook: Hook | None
     rows: list[RequestRow]
-    lane: Lane = Lane.NEW
     now: int | None = None  # the database's time as the window estimated it when the job was made
 
 
@@ -106,8 +96,8 @@ class JobRunner:
         self,
         config: DeliveryConfig,
         *,
-        store: Store,
-        locks: LockSession,
+        store: QueueStore,
+        locks: HookLocks,
         dispatcher: Dispatcher,
         counters: Counters,
         stopping: threading.Event,

@@ -5,9 +5,8 @@ allows (scheduling.Scheduler: one job per hook, capacity shared out by lanes) an
 thread as a job (job.JobRunner: lock, breaker, claim, deliver, write). A job's result is given back in one
 piece: its Settlement to the window, the rest to the scheduler.
 
-Connections to Phorge's database: the main thread's own, the lock session, and the session pool that the
-delivery threads borrow from one statement at a time: `db_pool_size + 2`, however many deliveries are in
-flight.
+What it is made of comes in one `Parts` (parts.py: the real ones over Phorge's and Django's databases, or
+twins.py's in memory); `build_worker` is what the command runs.
 """
 
 from __future__ import annotations
@@ -21,28 +20,19 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from types import FrameType
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from ..config import PHORGE_ALIAS, DeliveryConfig
-from ..phorge.config import PhorgeSettings
-from ..phorge.databases import Masters, PartitionMap, lock_warning
+from ..phorge.databases import lock_warning
 from ..phorge.herald import Hook
-from ..phorge.objects import PhorgeObjects
-from ..phorge.php_guard import PhpWorkerGuard
-from ..records.heartbeat import Heartbeat
-from ..records.holds import HeldHooks
-from ..records.notices import RequeueNotices
 from ..state import WorkerState
 from . import metrics
-from .attempts import AttemptLog
 from .dispatcher import Dispatcher
 from .job import Job, JobResult, JobRunner
 from .memory import limit_malloc_arenas
 from .metrics import Counters
-from .php_watch import PhpWatch
+from .parts import Parts, build_parts
 from .scheduling import Scheduler
-from .sessions import LockSession, MasterPools, SessionPool, close_quietly, lock_alias
-from .store import Store
 from .window import QueueWindow
 
 logger = logging.getLogger(__name__)
@@ -61,48 +51,36 @@ class Worker:
     def __init__(
         self,
         config: DeliveryConfig,
+        parts: Parts,
         *,
-        dispatcher: Dispatcher | None = None,
         max_concurrent: int | None = None,
         poll_interval_ms: int | None = None,
         once: bool = False,
-        alias: str = PHORGE_ALIAS,
     ) -> None:
         self.config = config
-        self.alias = alias
-        self.reader = Store(alias)
-        self.pool = SessionPool(alias, config.db_pool_size)
-        cluster = config.cluster
-        locks_at = lock_alias(alias, None if cluster is None else cluster.elsewhere("repository"))
-        self.locks = LockSession(locks_at, beside_claims=locks_at == alias)
-        # One reader of Phorge's partition map, and one set of connections to the other masters, for the
-        # settings, the object lookups and the PHP guard.
-        self.partitions = PartitionMap(config.namespace, connection=self.pool.connection, configured=cluster)
-        self.other_masters = MasterPools()
-        masters = Masters(self.partitions, self.pool.connection, others=self.other_masters.source)
-        self.phorge_settings = PhorgeSettings(config, masters=masters)
-        self.dispatcher = dispatcher or Dispatcher(
-            config,
-            silent=self.phorge_settings.silent,
-            blacklist=self.phorge_settings.blacklist,
-            objects=PhorgeObjects(config.namespace, masters=masters),
-        )
-        self.php = PhpWatch(PhpWorkerGuard(config.namespace, masters=masters))
+        self.parts = parts
+        self.reader = parts.reader
+        self.locks = parts.locks
+        self.partitions = parts.partitions
+        self.phorge_settings = parts.settings
+        self.dispatcher = parts.dispatcher
+        self.php = parts.php
+        self.heartbeat = parts.heartbeat
+        self.notices = parts.notices
+        self.attempts = parts.attempts
+        self.holds = parts.holds  # hooks held by an operator (manage.py hold_webhooks): nothing of theirs is claimed
         self.max_concurrent = max_concurrent or config.max_concurrent
         self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
         self.once = once
         self.window = QueueWindow(self.reader, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
         self.stopping = threading.Event()
         self.counters = Counters()
-        self.heartbeat = Heartbeat()
-        self.notices = RequeueNotices()
-        self.attempts = AttemptLog(config, self.heartbeat.worker_id) if config.attempt_log else None
         self.scheduler = Scheduler(
             self.max_concurrent, estimated_now=self.window.estimated_now, counters=self.counters, attempts=self.attempts
         )
         self.runner = JobRunner(
             config,
-            store=Store(alias, pool=self.pool),
+            store=parts.store,
             locks=self.locks,
             dispatcher=self.dispatcher,
             counters=self.counters,
@@ -113,7 +91,6 @@ class Worker:
         )
         self.hooks: dict[str, Hook] = {}
         self._hooks_loaded = 0.0
-        self.holds = HeldHooks()  # hooks held by an operator (manage.py hold_webhooks): nothing of theirs is claimed
         self._db_down_since: float | None = None
         self._signals = 0
         self._last_heartbeat = 0.0
@@ -215,7 +192,7 @@ class Worker:
                 "lease_sec": self.config.claim_lease_sec,
                 "retry_backoff_sec": self.config.retry_backoff_sec,
                 "timeout_sec": self.config.delivery_timeout,
-                "database_connections": self.config.db_pool_size + 2,
+                "database_connections": self.parts.connections,
             },
         )
         try:
@@ -244,12 +221,7 @@ class Worker:
             pool.shutdown(wait=True)
             self._report_activity(self.counters.snapshot())
             self.heartbeat.retire(self.snapshot(), clean=clean)
-            if self.attempts is not None:
-                self.attempts.close()
-            self.locks.close()
-            self.pool.close()
-            self.other_masters.close()
-            close_quietly(connections[self.alias])
+            self.parts.closing.close()  # the attempt log's last records, the locks, the pools, the connections
             restore()
         logger.info("deliver_webhooks stopped")
         return 0
@@ -291,7 +263,7 @@ class Worker:
 
     def _poll_and_schedule(self, pool: ThreadPoolExecutor, running: dict[Future[JobResult], Job]) -> tuple[bool, bool]:
         try:
-            connections[self.alias].close_if_unusable_or_obsolete()
+            self.reader.recycle_connection()
             frontier = self.window.frontier
             more = self.window.poll()
             if self.window.frontier != frontier:  # new requests arrived: more are likely to follow
@@ -318,8 +290,8 @@ class Worker:
             if not scheduler.admits(lane):
                 continue
             rows = self.window.take(hook_phid, ROWS_PER_JOB)
-            job = Job(hook_phid, self.hooks.get(hook_phid), rows, lane, now=self.window.estimated_now())
-            scheduler.start(job)
+            job = Job(hook_phid, self.hooks.get(hook_phid), rows, now=self.window.estimated_now())
+            scheduler.start(job, lane)
             running[pool.submit(self.runner.run, job)] = job
             scheduled = True
         scheduler.set_in_flight_metrics()
@@ -397,7 +369,7 @@ class Worker:
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
             logger.error("database unavailable: backing off and reconnecting; nothing is marked failed")
-        close_quietly(connections[self.alias])
+        self.reader.drop_connection()
         delay = min(DB_RETRY_MAX_SEC, 0.5 + (time.monotonic() - self._db_down_since) / 4)
         self.stopping.wait(delay)
 
@@ -408,3 +380,17 @@ class Worker:
                 extra={"outage_sec": round(time.monotonic() - self._db_down_since, 1)},
             )
             self._db_down_since = None
+
+
+def build_worker(
+    config: DeliveryConfig,
+    *,
+    dispatcher: Dispatcher | None = None,
+    max_concurrent: int | None = None,
+    poll_interval_ms: int | None = None,
+    once: bool = False,
+    alias: str = PHORGE_ALIAS,
+) -> Worker:
+    """A worker over Phorge's and Django's databases: what `deliver_webhooks` runs (parts.build_parts)."""
+    parts = build_parts(config, alias=alias, dispatcher=dispatcher)
+    return Worker(config, parts, max_concurrent=max_concurrent, poll_interval_ms=poll_interval_ms, once=once)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Protocol
 
 from django.db import DatabaseError
 
-from ..phorge.php_guard import PhpWorkerGuard
 from ..state import PhpDelivery
 from . import metrics
 
@@ -17,8 +17,15 @@ logger = logging.getLogger(__name__)
 _GAUGE_VALUE = {"active": 1, "recent": 0, "idle": 0, "unknown": -1}
 
 
+class PhpGuard(Protocol):
+    """What Phorge's worker tables say (phorge.php_guard.PhpWorkerGuard)."""
+
+    def current(self) -> PhpDelivery: ...
+    def live_tasks(self, request_phids: Iterable[str]) -> set[str] | None: ...
+
+
 class PhpWatch:
-    def __init__(self, guard: PhpWorkerGuard) -> None:
+    def __init__(self, guard: PhpGuard) -> None:
         self.guard = guard
         self._latest = PhpDelivery.unknown("")
         self._reported: str | None = None

@@ -7,6 +7,7 @@ lanes (Lanes) so that hooks whose receivers fail or hang cannot take it all. Mai
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections import Counter
@@ -15,13 +16,21 @@ from collections.abc import Callable, Iterable, Mapping
 from ..phorge.herald import Hook, RequestResult
 from . import metrics
 from .attempts import AttemptLog
-from .job import Job, JobResult, Lane
+from .job import Job, JobResult
 from .metrics import Counters
 
 # The name operators filter on today; it changes when the modules move into subpackages (issue 21).
 logger = logging.getLogger(__name__)
 
 LOCK_BUSY_SKIP_SEC = 1.0
+
+
+class Lane(enum.Enum):
+    """Where a job's attempts count (see Lanes)."""
+
+    ANSWERING = "answering"  # the hook's last attempt succeeded
+    NEW = "new"  # no attempt of the hook seen yet by this process
+    FAILING = "failing"  # the hook's last attempt failed or timed out
 
 
 class Lanes:
@@ -91,6 +100,7 @@ class Scheduler:
     ) -> None:
         self.lanes = Lanes(capacity)
         self.busy_hooks: set[str] = set()
+        self._lanes_of: dict[str, Lane] = {}  # the lane of each hook's job in flight
         self.skip_until: dict[str, float] = {}
         self.backoff_until: dict[str, int] = {}
         self.misconfigured: set[str] = set()
@@ -142,14 +152,15 @@ class Scheduler:
 
     # -- jobs ----------------------------------------------------------------------------------------
 
-    def start(self, job: Job) -> None:
+    def start(self, job: Job, lane: Lane) -> None:
         self.busy_hooks.add(job.hook_phid)
-        self.lanes.start(job.lane, job.hook_phid)
+        self._lanes_of[job.hook_phid] = lane
+        self.lanes.start(lane, job.hook_phid)
 
     def finish(self, job: Job, result: JobResult) -> None:
         """What the finished job says about its hook; the window's part is settled by the caller."""
         self.busy_hooks.discard(job.hook_phid)
-        self.lanes.finish(job.lane, job.hook_phid, result.answered)
+        self.lanes.finish(self._lanes_of.pop(job.hook_phid), job.hook_phid, result.answered)
         if result.lock_busy:
             self._counters.record("lock_busy")
             self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC

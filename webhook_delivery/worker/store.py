@@ -35,7 +35,7 @@ from ..phorge.herald import (
     RequestRow,
     text,
 )
-from .sessions import SessionPool
+from .sessions import SessionPool, close_quietly
 
 INLINE_PROPERTIES = 256 * 1024  # bytes: larger properties are read one row at a time
 RETURNED = Columns.of("dateModified")  # what SQLite's RETURNING hands back from a guarded UPDATE
@@ -385,6 +385,14 @@ class Store:
         )
         found = self._records(EPOCHS, sql, {"hook": hook_phid, "window": window, "limit": limit})
         return [int(r["lastRequestEpoch"]) for r in found]
+
+    def recycle_connection(self) -> None:
+        """Before a poll: replace the connection if it went bad or outlived CONN_MAX_AGE."""
+        connections[self.alias].close_if_unusable_or_obsolete()
+
+    def drop_connection(self) -> None:
+        """After an outage: the next statement opens a new connection."""
+        close_quietly(connections[self.alias])
 
     def close(self) -> None:
         self.connection.close()

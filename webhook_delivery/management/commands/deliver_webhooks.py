@@ -54,9 +54,9 @@ class Command(BaseCommand):
             logging.getLogger().setLevel(logging.WARNING)
         elif verbosity >= 2:
             logging.getLogger().setLevel(logging.DEBUG)
-        from webhook_delivery.worker.loop import Worker
+        from webhook_delivery.worker.loop import build_worker
 
-        worker = Worker(
+        worker = build_worker(
             settings.GORGE_WEBHOOK,
             max_concurrent=options["max_concurrent"],
             poll_interval_ms=options["poll_interval_ms"],
