@@ -105,7 +105,7 @@ def test_the_request_list_and_a_large_request_page_never_decode_what_they_do_not
     finally:
         tracemalloc.stop()
     assert listing.status_code == 200 and page.status_code == 200
-    assert listing.content.decode().count("http / 503") == 8
+    assert listing.content.decode().count("HTTP 503 (http/503)") == 8
     assert "HTTP 503" in page.content.decode()
     # Eight rows of 2.6 MB decoded would cost well over 100 MB; read out by the database, a few MB.
     assert list_peak < 20_000_000, list_peak

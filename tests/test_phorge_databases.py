@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 from tests.helpers import PHORGE_DB, Phorge, mysql_admin, random_phid
 from tests.phorge_app_db import AppDatabases, app_schema
 from webhook_delivery.grants import grants_sql
+from webhook_delivery.phorge.columns import positional
 from webhook_delivery.phorge.config import PhorgeSettings, php_truthy
 from webhook_delivery.phorge.objects import OBJECT_TABLES, PhorgeObjects
 from webhook_delivery.phorge.php_guard import PhpWorkerGuard
@@ -413,10 +414,11 @@ def test_guard_queries_use_phorge_indexes(app_db: AppDatabases) -> None:
     app_db.execute(f"ANALYZE TABLE {app_db.table('worker', 'worker_activetask')}")
     app_db.execute(f"ANALYZE TABLE {app_db.table('worker', 'worker_archivetask')}")
     with connections["phorge"].cursor() as cursor:
-        cursor.execute("EXPLAIN " + guard.active_sql(), ["HeraldWebhookWorker"])
+        cursor.execute(*positional("EXPLAIN " + guard.active_sql(), {"task_class": "HeraldWebhookWorker"}))
         names = [d[0] for d in cursor.description]
         active = dict(zip(names, cursor.fetchone(), strict=True))
-        cursor.execute("EXPLAIN " + guard.archive_sql(), [900, "HeraldWebhookWorker", 2])
+        params = {"recent": 900, "task_class": "HeraldWebhookWorker", "cancelled": 2}
+        cursor.execute(*positional("EXPLAIN " + guard.archive_sql(), params))
         archive = dict(zip(names, cursor.fetchone(), strict=True))
     assert active["key"] == "taskClass"
     assert archive["key"] == "key_modified"

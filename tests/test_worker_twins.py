@@ -86,7 +86,9 @@ def test_a_row_changed_since_it_was_read_is_not_sent_twice(receiver: Receiver) -
     store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
     row_id = store.add_request(HOOK, created=NOW - 10)
     stale = store.rows[row_id]
-    store.rows[row_id] = dataclasses.replace(stale, status="sent", last_result="okay", last_epoch=NOW, date_modified=NOW)
+    store.rows[row_id] = dataclasses.replace(
+        stale, status="sent", last_result="okay", last_epoch=NOW, date_modified=NOW
+    )
     worker(store).runner.run(Job(HOOK, store.hooks()[HOOK], [stale]))
     assert not receiver.requests and store.writes == 0
 

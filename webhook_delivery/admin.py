@@ -21,7 +21,7 @@ from django.utils.html import format_html
 
 from .models import HeraldWebhook, HeraldWebhookRequest
 from .phorge.herald import text, utc
-from .phorge.outcomes import is_success
+from .phorge.outcomes import error_label, is_success
 from .phorge.payload import phid_get_type
 from .phorge.phpjson import UndecodableProperties, decode_properties
 from .reads import herald as selectors
@@ -52,12 +52,12 @@ def _when(epoch: int) -> str:
 
 
 def error_text(error_type: str, error_code: object) -> str:
-    """errorType / errorCode as stored, except that a 2xx answer (Phorge files it there too) reads as the
-    success it is."""
+    """A stored errorType/errorCode as the pages word it (outcomes.error_label), with the pair as stored
+    beside it (what `requeue_webhooks --error` takes); a 2xx answer reads as the success it is."""
     code = str(error_code)
     if is_success(error_type, code):
-        return f"HTTP {code} (success)"
-    return f"{error_type} / {code[:40]}"
+        return error_label(error_type, code)
+    return f"{error_label(error_type, code)} ({error_type}/{code[:40]})"
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

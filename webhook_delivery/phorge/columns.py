@@ -1,15 +1,40 @@
-"""Rows read by column name: a SELECT list kept as names beside its SQL, and fetched tuples zipped back to
-those names. Pure: nothing here connects."""
+"""Rows read by column name and statements written with named parameters: a SELECT list kept as names
+beside its SQL, fetched tuples zipped back to those names, `%(name)s` handed to the driver by position, and
+IN lists. The one way every module that talks SQL to Phorge builds its statements. Pure: nothing here
+connects."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from operator import itemgetter
 from typing import Any
 
 Record = dict[str, Any]
+
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+@lru_cache(maxsize=512)
+def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    return _NAMED.sub("%s", sql), tuple(_NAMED.findall(sql))
+
+
+def positional(sql: str, params: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """`sql` with each `%(name)s` as `%s`, and the values in their order. Statements are written with names;
+    the driver gets positions, because MySQLdb encodes and escapes a dict's keys on every call."""
+    text, names = _positional(sql)
+    return text, [params[name] for name in names]
+
+
+def in_filter(column: str, values: Sequence[Any], name: str) -> tuple[str, dict[str, Any]]:
+    """`column IN (%(name0)s, ...)` and its parameters; `1 = 0` for no values (an empty IN is not SQL)."""
+    if not values:
+        return "1 = 0", {}
+    params = {f"{name}{index}": value for index, value in enumerate(values)}
+    return f"{column} IN (" + ", ".join(f"%({key})s" for key in params) + ")", params
 
 
 @dataclass(frozen=True)

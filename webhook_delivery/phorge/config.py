@@ -31,15 +31,16 @@ from ..config import (
     read_local_file,
 )
 from .cluster import ClusterError, parse_cluster_databases
+from .columns import in_filter
 from .databases import (
     CACHE_SEC,
     ConnectionSource,
     Masters,
     MasterUnavailable,
     _NoAccessError,
-    _select,
     herald_connection,
     qualified,
+    select,
 )
 from .herald import text
 from .netguard import local_gaps
@@ -332,12 +333,10 @@ class ConfigDatabase:
                 )
         if route.source is None:
             return None
-        sql = (
-            f"SELECT configKey, value FROM {self.table} WHERE namespace = 'default' "
-            f"AND configKey IN ({', '.join(['%s'] * len(SETTING_KEYS))}) AND isDeleted = 0"
-        )
+        keys, params = in_filter("configKey", SETTING_KEYS, "key")
+        sql = f"SELECT configKey, value FROM {self.table} WHERE namespace = 'default' AND {keys} AND isDeleted = 0"
         try:
-            rows = _select(route.source, sql, SETTING_KEYS)
+            rows = select(route.source, sql, params)
         except MasterUnavailable:
             # Logged by Masters; the values last read stay in force (none read yet: as without the grant).
             cached = self._cached
@@ -355,8 +354,8 @@ class ConfigDatabase:
             self._unreadable = False
             logger.info(f"reading Phorge's settings from {self.table} again")
         values: dict[str, Any] = {}
-        for key, value in rows:
-            values[text(key)] = jsonread.decode(text(value))  # what json_decode cannot read is null
+        for row in rows:
+            values[text(row["configKey"])] = jsonread.decode(text(row["value"]))  # json_decode's null
         return values
 
 

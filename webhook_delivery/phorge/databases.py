@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +28,7 @@ from django.db import DatabaseError, connections
 
 from ..config import CLUSTER_KEY, CLUSTER_VARIABLE, LOCAL_CONFIG_VARIABLE, NAMESPACE_RE, PHORGE_ALIAS, master_alias
 from .cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases
+from .columns import Record, positional
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +87,9 @@ class _NoAccessError(Exception):
         self.code = code
 
 
-def _select(source: ConnectionSource, sql: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
-    """Run one SELECT; raise _NoAccessError when the table cannot be read, DatabaseError for anything else."""
+def select(source: ConnectionSource, sql: str, params: Mapping[str, Any]) -> list[Record]:
+    """Run one SELECT written with `%(name)s` parameters; its rows by column name. Raises _NoAccessError
+    when the table cannot be read (no grant, no such database), DatabaseError for anything else."""
     # A refused SELECT is answered inside the borrowed connection's block: the connection is fine, and a pool
     # that saw the error would close it and pay a reconnect on the next read.
     with source() as connection:
@@ -95,8 +97,9 @@ def _select(source: ConnectionSource, sql: str, params: Iterable[Any]) -> list[t
             raise _NoAccessError(None)
         try:
             with connection.cursor() as cursor:
-                cursor.execute(sql, list(params))
-                return list(cursor.fetchall())
+                cursor.execute(*positional(sql, params))
+                names = [column[0] for column in cursor.description or ()]
+                return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         except DatabaseError as exc:
             code = _error_code(exc)
             if code in NO_ACCESS_ERRORS:
@@ -228,9 +231,9 @@ class PartitionMap:
 
     def _recorded(self) -> ClusterDatabases | Placement | None:
         """The map in hoststate; None when there is none to read; a Placement with the problem when unusable."""
-        sql = f"SELECT stateValue FROM {self.table} WHERE stateKey = %s"
+        sql = f"SELECT stateValue FROM {self.table} WHERE stateKey = %(key)s"
         try:
-            rows = _select(self._connection, sql, [HOSTSTATE_KEY])
+            rows = select(self._connection, sql, {"key": HOSTSTATE_KEY})
         except _NoAccessError as exc:
             if exc.code is not None and _MAP_LOG.first(f"unreadable {self.table}"):
                 known = (
@@ -246,7 +249,7 @@ class PartitionMap:
             return None
         if not rows:
             return None
-        (value,) = rows[0]
+        value = rows[0]["stateValue"]
         try:
             return loads_cluster_databases(value.decode() if isinstance(value, bytes) else str(value))
         except (ClusterError, UnicodeDecodeError) as exc:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError
 
 from . import names
-from .columns import Columns, Record
-from .databases import UNREADABLE_RECHECK_SEC, Masters, MasterUnavailable, _NoAccessError, _OnceLog, _select, qualified
+from .columns import Record, in_filter
+from .databases import UNREADABLE_RECHECK_SEC, Masters, MasterUnavailable, _NoAccessError, _OnceLog, qualified, select
 from .herald import text
 from .names import ById, CommitRef, ObjectName, Reference, Repository, RepositoryRef, UserRef
 from .objects import OBJECT_TABLES
@@ -205,25 +205,23 @@ class ObjectNames:
     def _read_names(self, app: str, batch: dict[str, list[str]]) -> dict[str, ObjectName | None] | None:
         """The names of one application's objects, None for each that is gone; None when not read."""
         selects: list[str] = []
-        params: list[str] = []
+        params: dict[str, object] = {}
         all_names = list(dict.fromkeys(name for t in batch for name in READERS[t].columns))
-        columns = Columns.of(*all_names)
-        for phid_type, phids in batch.items():
+        for number, (phid_type, phids) in enumerate(batch.items()):
             reader = READERS[phid_type]
-            expressions = ", ".join(reader.columns.get(name, "NULL") for name in all_names)
-            selects.append(
-                f"SELECT o.phid, {expressions} FROM {self._from(phid_type)} "
-                f"WHERE o.phid IN ({', '.join(['%s'] * len(phids))})"
-            )
-            params += phids
+            # A UNION names its columns after its first SELECT: every branch names them the same.
+            expressions = ", ".join(f"{reader.columns.get(name, 'NULL')} AS `{name}`" for name in all_names)
+            where, found = in_filter("o.phid", phids, f"phid{number}_")
+            selects.append(f"SELECT o.phid AS phid, {expressions} FROM {self._from(phid_type)} WHERE {where}")
+            params.update(found)
         rows = self._select(app, " UNION ALL ".join(selects), params, "are shown by their PHID")
         if rows is None:
             return None
         read: dict[str, ObjectName | None] = {phid: None for phids in batch.values() for phid in phids}
-        for phid, *values in rows:
-            phid = text(phid)
+        for row in rows:
+            phid = text(row["phid"])
             if phid in read:
-                read[phid] = READERS[phid_get_type(phid)].name(columns.read(values))
+                read[phid] = READERS[phid_get_type(phid)].name({name: row[name] for name in all_names})
         return read
 
     def _from(self, phid_type: str) -> str:
@@ -232,7 +230,7 @@ class ObjectNames:
         joins = READERS[phid_type].joins.format(db=database)
         return f"{qualified(self.namespace, tables.object_app, tables.object_table)} o {joins}".rstrip()
 
-    def _select(self, app: str, sql: str, params: Sequence[object], lost: str) -> list[tuple[object, ...]] | None:
+    def _select(self, app: str, sql: str, params: Mapping[str, object], lost: str) -> list[Record] | None:
         """The rows of one statement on `app`'s master; None (and said once) when it cannot be read."""
         if self._unreadable.get(app, 0.0) > self._clock():
             return None
@@ -246,7 +244,7 @@ class ObjectNames:
                 )
             return None
         try:
-            return _select(route.source, sql, params)
+            return select(route.source, sql, params)
         except _NoAccessError as exc:
             self._unreadable[app] = self._clock() + UNREADABLE_RECHECK_SEC
             if exc.code is None:
@@ -288,31 +286,30 @@ class ObjectNames:
     def _find(self, reference: Reference) -> list[str]:
         lost = "cannot be found by monogram"
         if isinstance(reference, ById):
-            sql = f"SELECT o.phid FROM {self._from(reference.phid_type)} WHERE o.id = %s"
-            return self._phids(OBJECT_TABLES[reference.phid_type].object_app, sql, [reference.id], lost)
+            sql = f"SELECT o.phid FROM {self._from(reference.phid_type)} WHERE o.id = %(id)s"
+            return self._phids(OBJECT_TABLES[reference.phid_type].object_app, sql, {"id": reference.id}, lost)
         if isinstance(reference, RepositoryRef):
             where, params = _repository_filter(reference, "o")
             return self._phids("repository", f"SELECT o.phid FROM {self._from('REPO')} WHERE {where}", params, lost)
         if isinstance(reference, UserRef):
-            sql = f"SELECT o.phid FROM {self._from('USER')} WHERE o.userName = %s"
-            return self._phids("user", sql, [reference.username], lost)
+            sql = f"SELECT o.phid FROM {self._from('USER')} WHERE o.userName = %(username)s"
+            return self._phids("user", sql, {"username": reference.username}, lost)
         return self._find_commit(reference, lost)
 
     def _find_commit(self, reference: CommitRef, lost: str) -> list[str]:
         identifier = reference.identifier
         prefix = identifier + "%"  # hex digits or decimal digits only: no LIKE wildcard in it
-        params: list[object] = [prefix]
-        where = "o.commitIdentifier LIKE %s AND LENGTH(o.commitIdentifier) = 40"
+        params: dict[str, object] = {"prefix": prefix, "svn": names.SVN, "identifier": identifier}
+        where = "o.commitIdentifier LIKE %(prefix)s AND LENGTH(o.commitIdentifier) = 40"
         if reference.repository is not None:
-            where, params = _repository_filter(reference.repository, "r")
+            where, repository = _repository_filter(reference.repository, "r")
+            params.update(repository)
             # A Subversion revision is matched whole, a git or Mercurial hash by a prefix of at least 5.
             kinds: list[str] = []
             if identifier.isdigit():
-                kinds.append("(r.versionControlSystem = %s AND o.commitIdentifier = %s)")
-                params += [names.SVN, identifier]
+                kinds.append("(r.versionControlSystem = %(svn)s AND o.commitIdentifier = %(identifier)s)")
             if len(identifier) >= names.MINIMUM_QUALIFIED_HASH:
-                kinds.append("(r.versionControlSystem <> %s AND o.commitIdentifier LIKE %s)")
-                params += [names.SVN, prefix]
+                kinds.append("(r.versionControlSystem <> %(svn)s AND o.commitIdentifier LIKE %(prefix)s)")
             if not kinds:
                 return []
             where = f"{where} AND ({' OR '.join(kinds)})"
@@ -321,12 +318,12 @@ class ObjectNames:
         )
         return found if len(found) == 1 else []
 
-    def _phids(self, app: str, sql: str, params: Sequence[object], lost: str) -> list[str]:
+    def _phids(self, app: str, sql: str, params: Mapping[str, object], lost: str) -> list[str]:
         rows = self._select(app, sql, params, lost)
-        return [] if rows is None else [text(phid) for (phid, *_rest) in rows]
+        return [] if rows is None else [text(row["phid"]) for row in rows]
 
 
-def _repository_filter(reference: RepositoryRef, alias: str) -> tuple[str, list[object]]:
+def _repository_filter(reference: RepositoryRef, alias: str) -> tuple[str, dict[str, object]]:
     if reference.id is not None:
-        return f"{alias}.id = %s", [reference.id]
-    return f"{alias}.callsign = %s", [reference.callsign]
+        return f"{alias}.id = %(repository_id)s", {"repository_id": reference.id}
+    return f"{alias}.callsign = %(callsign)s", {"callsign": reference.callsign}

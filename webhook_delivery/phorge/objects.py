@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .columns import in_filter
 from .databases import (
     UNREADABLE_RECHECK_SEC,
     ConnectionSource,
@@ -20,9 +21,9 @@ from .databases import (
     Route,
     _NoAccessError,
     _OnceLog,
-    _select,
     herald_connection,
     qualified,
+    select,
 )
 from .herald import text
 from .payload import phid_get_type, stored_values, transactions_newest_first
@@ -113,7 +114,9 @@ class PhorgeObjects:
         if self._known_unreadable(objects) or route.source is None:
             return transactions_newest_first(stored)
         try:
-            found = _select(route.source, f"SELECT 1 FROM {objects} WHERE phid = %s LIMIT 1", [object_phid])
+            found = select(
+                route.source, f"SELECT 1 AS found FROM {objects} WHERE phid = %(phid)s LIMIT 1", {"phid": object_phid}
+            )
         except _NoAccessError as exc:
             return self._fall_back(objects, tables, phid_type, exc, stored, objects_checked=False)
         if not found:
@@ -125,16 +128,16 @@ class PhorgeObjects:
         route = self._route(tables.xaction_app, tables)
         if self._known_unreadable(xactions) or route.source is None:
             return transactions_newest_first(stored)
-        marks = ", ".join(["%s"] * len(wanted))
+        listed, params = in_filter("phid", wanted, "xaction")
         try:
-            rows = _select(
+            rows = select(
                 route.source,
-                f"SELECT phid FROM {xactions} WHERE objectPHID = %s AND phid IN ({marks}) ORDER BY id DESC",
-                [object_phid, *wanted],
+                f"SELECT phid FROM {xactions} WHERE objectPHID = %(object)s AND {listed} ORDER BY id DESC",
+                {"object": object_phid, **params},
             )
         except _NoAccessError as exc:
             return self._fall_back(xactions, tables, phid_type, exc, stored, objects_checked=True)
-        return [text(phid) for (phid,) in rows]
+        return [text(row["phid"]) for row in rows]
 
     def _fall_back(
         self,

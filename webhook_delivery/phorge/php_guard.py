@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from ..state import PhpDelivery, PhpState
+from .columns import in_filter
 from .databases import (
     CACHE_SEC,
     UNREADABLE_RECHECK_SEC,
@@ -18,9 +19,9 @@ from .databases import (
     Masters,
     MasterUnavailable,
     _NoAccessError,
-    _select,
     herald_connection,
     qualified,
+    select,
 )
 from .herald import text
 
@@ -68,15 +69,17 @@ class PhpWorkerGuard:
     def active_sql(self) -> str:
         # key `taskClass`; "leased" = claimed by a phd worker whose lease has not run out.
         return (
-            "SELECT COUNT(*), COALESCE(SUM(leaseOwner IS NOT NULL AND leaseExpires > UNIX_TIMESTAMP()), 0), "
-            f"UNIX_TIMESTAMP() FROM {self.active_table} WHERE taskClass = %s"
+            "SELECT COUNT(*) AS active, "
+            "COALESCE(SUM(leaseOwner IS NOT NULL AND leaseExpires > UNIX_TIMESTAMP()), 0) AS leased, "
+            f"UNIX_TIMESTAMP() AS now FROM {self.active_table} WHERE taskClass = %(task_class)s"
         )
 
     def archive_sql(self) -> str:
         # key `key_modified`: archiving inserts the row, so dateModified is the time phd finished it.
         return (
-            f"SELECT COUNT(*), MAX(dateModified) FROM {self.archive_table} "
-            "WHERE dateModified >= UNIX_TIMESTAMP() - %s AND taskClass = %s AND result <> %s"
+            f"SELECT COUNT(*) AS archived, MAX(dateModified) AS latest FROM {self.archive_table} "
+            "WHERE dateModified >= UNIX_TIMESTAMP() - %(recent)s AND taskClass = %(task_class)s "
+            "AND result <> %(cancelled)s"
         )
 
     def current(self) -> PhpDelivery:
@@ -97,18 +100,20 @@ class PhpWorkerGuard:
                 f"service cannot reach: its {self.active_table} here is an empty copy, so PHP delivery cannot be seen"
             )
         try:
-            ((active, leased, db_now),) = _select(connection, self.active_sql(), [WEBHOOK_TASK_CLASS])
+            (counted,) = select(connection, self.active_sql(), {"task_class": WEBHOOK_TASK_CLASS})
         except MasterUnavailable as exc:
             return PhpDelivery.unknown(f"{exc}: PHP delivery cannot be seen")
         except _NoAccessError:
             return PhpDelivery.unknown(f"cannot read {self.active_table} (no SELECT grant, or not Phorge's database)")
-        active, leased, db_now = int(active), int(leased), int(db_now)
+        active, leased, db_now = int(counted["active"]), int(counted["leased"]), int(counted["now"])
         try:
-            ((archived, latest),) = _select(
-                connection, self.archive_sql(), [self.recent_sec, WEBHOOK_TASK_CLASS, ARCHIVE_RESULT_CANCELLED]
+            (archived,) = select(
+                connection,
+                self.archive_sql(),
+                {"recent": self.recent_sec, "task_class": WEBHOOK_TASK_CLASS, "cancelled": ARCHIVE_RESULT_CANCELLED},
             )
-            recent: int | None = int(archived)
-            last: int | None = None if latest is None else int(latest)
+            recent: int | None = int(archived["archived"])
+            last: int | None = None if archived["latest"] is None else int(archived["latest"])
         except (_NoAccessError, MasterUnavailable):
             recent = last = None
         minutes = self.recent_sec // 60
@@ -138,15 +143,13 @@ class PhpWorkerGuard:
             return set()
         if (connection := self.masters.route("worker").source) is None:
             return None
-        sql = (
-            f"SELECT objectPHID FROM {self.active_table} "
-            f"WHERE objectPHID IN ({', '.join(['%s'] * len(phids))}) AND taskClass = %s"
-        )
+        listed, params = in_filter("objectPHID", phids, "request")
+        sql = f"SELECT objectPHID FROM {self.active_table} WHERE {listed} AND taskClass = %(task_class)s"
         try:
-            rows = _select(connection, sql, [*phids, WEBHOOK_TASK_CLASS])
+            rows = select(connection, sql, {"task_class": WEBHOOK_TASK_CLASS, **params})
         except MasterUnavailable:
             return None
         except _NoAccessError:
             self._unreadable_until = self._clock() + UNREADABLE_RECHECK_SEC
             return None
-        return {text(phid) for (phid,) in rows}
+        return {text(row["objectPHID"]) for row in rows}

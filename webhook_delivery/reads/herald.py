@@ -26,7 +26,7 @@ from typing import Any, ParamSpec, TypeVar
 from django.db import DatabaseError, connections, transaction
 
 from ..config import DeliveryConfig
-from ..phorge.columns import Columns
+from ..phorge.columns import Columns, in_filter
 from ..phorge.databases import qualified
 from ..phorge.herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRow, text
 from ..phorge.payload import phid_get_type
@@ -87,14 +87,6 @@ def uncommitted_reads(func: Callable[P, R]) -> Callable[P, R]:
                 return func(*args, **kwargs)
 
     return reading
-
-
-def in_filter(column: str, values: Sequence[Any], name: str) -> tuple[str, dict[str, Any]]:
-    """`column IN (%(name0)s, ...)` and its parameters; `1 = 0` for no values (an empty IN is not SQL)."""
-    if not values:
-        return "1 = 0", {}
-    params = {f"{name}{index}": value for index, value in enumerate(values)}
-    return f"{column} IN (" + ", ".join(f"%({key})s" for key in params) + ")", params
 
 
 def hook_filter(phids: Sequence[str], column: str = "webhookPHID") -> tuple[str, dict[str, Any]]:

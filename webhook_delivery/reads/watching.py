@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..phorge.columns import Columns, Record
+from ..phorge.columns import Columns, Record, in_filter
 from ..phorge.herald import REQUESTS, Dialect, text
-from .herald import PENDING_RESULTS, as_int, fetch_rows, hook_filter, in_filter, json_text, read_dialect
+from .herald import PENDING_RESULTS, as_int, fetch_rows, hook_filter, json_text, read_dialect
 
 
 @dataclass(frozen=True)

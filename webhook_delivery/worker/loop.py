@@ -78,6 +78,7 @@ class Worker:
         self.scheduler = Scheduler(
             self.max_concurrent, estimated_now=self.window.estimated_now, counters=self.counters, attempts=self.attempts
         )
+        self.locks.on_lost = lambda: self.counters.record("degraded.lock_session_lost")
         self.runner = JobRunner(
             config,
             store=parts.store,

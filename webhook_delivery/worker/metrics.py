@@ -69,7 +69,7 @@ Event = Literal[
     "degraded.database",
     "degraded.result_write_retry",
     "degraded.claim_lost_before_write",
-    "degraded.lock_lost",
+    "degraded.lock_session_lost",
 ]
 
 
@@ -102,7 +102,7 @@ EVENTS: dict[Event, _Feeds] = {
     "degraded.claim_lost_before_write": _Feeds(
         DEGRADED, ("claim_lost_before_write",), ("degraded.claim_lost_before_write",)
     ),
-    "degraded.lock_lost": _Feeds(None, (), ("degraded.lock_lost",)),
+    "degraded.lock_session_lost": _Feeds(DEGRADED, ("lock_session_lost",), ("degraded.lock_session_lost",)),
 }
 
 

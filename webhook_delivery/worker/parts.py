@@ -8,7 +8,7 @@ scheduler and the loop run without a database server (the unit lane).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -66,6 +66,7 @@ class HookLocks(Protocol):
 
     alias: str
     beside_claims: bool
+    on_lost: Callable[[], None] | None  # called once each time a session that held locks is lost
 
     def acquire(self, name: str) -> int | None: ...
     def release(self, name: str, token: int) -> None: ...

@@ -164,8 +164,6 @@ class Scheduler:
         if result.lock_busy:
             self._counters.record("lock_busy")
             self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC
-        if result.lock_lost:
-            self._counters.record("degraded.lock_lost")
         if result.breaker_closed and job.hook_phid in self.backoff_until:
             del self.backoff_until[job.hook_phid]
             logger.info("hook left error backoff", extra={"hook": job.hook_phid})

@@ -21,7 +21,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,7 +29,6 @@ from django.db import DatabaseError, connections
 
 from ..config import master_alias
 from ..phorge.databases import MASTER_DOWN_SEC, ConnectionSource
-from . import metrics
 
 MASTER_POOL_SIZE = 2  # connections per other master: lookups are short, and each master has max_connections
 
@@ -154,6 +153,7 @@ class LockSession:
         self.generation = 0
         self.holder_id: int | None = None
         self.held: set[str] = set()
+        self.on_lost: Callable[[], None] | None = None  # told when a session holding locks is gone
 
     def _cursor_locked(self) -> Any:
         if self.holder_id is None:
@@ -183,7 +183,8 @@ class LockSession:
         self.holder_id = None
         close_quietly(self._wrapper)
         if lost:
-            metrics.DEGRADED.labels("lock_session_lost").inc()
+            if self.on_lost is not None:
+                self.on_lost()  # one fact, one event: the worker counts it (metric and heartbeat)
             logger.error(
                 "lost the database session holding hook locks: no new delivery for those hooks until they "
                 "are locked again; attempts in flight finish and write only with their claim",

@@ -14,16 +14,14 @@ the hook's lock is still held by that session.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import Any
 
 from django.db import connections
 
 from ..config import PHORGE_ALIAS
-from ..phorge.columns import Columns, Record
+from ..phorge.columns import Columns, Record, positional
 from ..phorge.herald import (
     HOOK_SELECT,
     HOOKS,
@@ -44,22 +42,11 @@ REQUEST_HOOKS = Columns.of("webhookPHID")
 EPOCHS = Columns.of("lastRequestEpoch")
 
 
-_NAMED = re.compile(r"%\((\w+)\)s")
-
-
-@lru_cache(maxsize=512)
-def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
-    """`sql` with each `%(name)s` as `%s`, and the names in their order. The statements are written with
-    names; the driver gets positions, because MySQLdb encodes and escapes a dict's keys on every call."""
-    return _NAMED.sub("%s", sql), tuple(_NAMED.findall(sql))
-
-
 def _execute(cursor: Any, sql: str, params: dict[str, Any] | None) -> None:
     if params is None:
         cursor.execute(sql)
         return
-    text, names = _positional(sql)
-    cursor.execute(text, [params[name] for name in names])
+    cursor.execute(*positional(sql, params))
 
 
 def _numbered(n: int, **values: Any) -> dict[str, Any]:

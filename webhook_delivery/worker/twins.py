@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -213,6 +213,7 @@ class MemoryLocks:
     beside_claims = True
 
     def __init__(self) -> None:
+        self.on_lost: Callable[[], None] | None = None
         self._mutex = threading.Lock()
         self.held: set[str] = set()
         self.taken: set[str] = set()
@@ -243,8 +244,11 @@ class MemoryLocks:
     def lose(self) -> None:
         """The session that held every lock is gone."""
         with self._mutex:
+            lost = bool(self.held)
             self.held.clear()
             self.generation += 1
+        if lost and self.on_lost is not None:
+            self.on_lost()
 
 
 class FixedSettings:
