@@ -1,7 +1,7 @@
 # check=skip=SecretsUsedInArgOrEnv
 # (the only such ARG is a throwaway value for collectstatic, never kept in the image's environment)
 #
-# One image, two processes (see README "Deployment"):
+# One image, two processes (see docs/operate/install.md):
 #   web:    the default command, gunicorn on :8000 (dashboard, admin, JSON diagnostics, /healthz, /readyz)
 #   worker: docker run ... IMAGE python manage.py deliver_webhooks --metrics-port 9100
 #           with GORGE_HEALTHCHECK_URL=http://127.0.0.1:9100/metrics

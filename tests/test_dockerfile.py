@@ -24,7 +24,7 @@ from django.core.management import load_command_class
 from django.urls import resolve
 
 from tests.helpers import PHORGE_DB, Phorge, worker_env
-from tests.test_readme import README, environment_variables
+from tests.test_readme import environment_variables, page
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET_WORDS = ("SECRET", "PASS", "TOKEN", "KEY")
@@ -346,10 +346,10 @@ def test_worker_command_and_its_healthcheck(phorge: Phorge, tmp_path: Path) -> N
 
 
 def test_compose_example_matches_the_image_and_the_settings() -> None:
-    """The compose example runs the image the README builds, a worker command its parser accepts with the
-    metrics port its health check asks, and sets no variable the settings do not read."""
+    """The compose example runs the image docs/operate/install.md builds, a worker command its parser accepts
+    with the metrics port its health check asks, and sets no variable the settings do not read."""
     services = yaml.safe_load((ROOT / "docs/compose.example.yml").read_text())["services"]
-    tag = re.search(r"docker build -t (\S+) \.", README)
+    tag = re.search(r"docker build -t (\S+) \.", page("docs/operate/install.md"))
     assert tag and services["web"]["image"] == services["worker"]["image"] == tag[1]
     worker = services["worker"]
     python, manage, name, *arguments = worker["command"]

@@ -29,7 +29,7 @@ def _mariadb_args(*extra: str) -> list[str]:
 
 
 def _print_grants_into_mariadb(*args: str, env: dict[str, str] | None = None, client: tuple[str, ...] = ()) -> Any:
-    """`manage.py print_grants ARGS | mariadb -u root`, as the README tells administrators to run it."""
+    """`manage.py print_grants ARGS | mariadb -u root`, as docs/operate/install.md tells administrators to run it."""
     grants = subprocess.Popen(
         [sys.executable, "manage.py", "print_grants", *args],
         cwd=ROOT,

@@ -3,7 +3,7 @@ and Conduit (tests/phorge_oauth_standin.py): who gets in, who is refused, forged
 re-checks while signed in, the break-glass account while Phorge is down, and no secret in a log or a page.
 Also: Phorge's consent and "Continue to Application" dialogs (trusted and untrusted clients), the OAuth
 Server as the prototype application it is in Phorge, every log line's event key and the Phorge user it
-names (hostile names included), the login page's layout, and the README's set-up steps."""
+names (hostile names included), the login page's layout, and the set-up steps of docs/operate/sign-in.md."""
 
 from __future__ import annotations
 
@@ -723,10 +723,10 @@ def test_login_page_sign_in_button_overlaps_nothing(
 
 
 def test_readme_sign_in_steps_use_phorges_own_words() -> None:
-    """The README's set-up steps name what Phorge's source shows and does (the stand-in carries the same
-    words: tests/phorge_oauth_standin.py), and no longer the raw SQL or a consent screen that trust skips."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("### Sign in with Phorge", 1)[1].split("\n### ", 1)[0]
+    """The set-up steps (docs/operate/sign-in.md) name what Phorge's source shows and does (the stand-in
+    carries the same words: tests/phorge_oauth_standin.py), and no longer the raw SQL or a consent screen
+    that trust skips."""
+    section = (Path(__file__).resolve().parent.parent / "docs/operate/sign-in.md").read_text()
     for words in (
         "bin/config set phabricator.show-prototypes true",
         "/oauthserver/",
