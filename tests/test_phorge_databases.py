@@ -388,7 +388,7 @@ def test_guard_watch_logs_once_per_change_and_sets_gauge(
     messages = [r.getMessage() for r in caplog.records if r.name == GUARD_LOGGER]
     assert messages[:3] == [
         "Phorge's PHP worker is not delivering webhooks",
-        "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (see README handover)",
+        "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (docs/operate/handover.md)",
         "Phorge's PHP worker is not delivering webhooks",
     ]
     assert len(messages) == 4 and messages[3].startswith("cannot tell whether Phorge's PHP worker delivers webhooks")

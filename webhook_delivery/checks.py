@@ -66,7 +66,7 @@ def _partitioned(config: DeliveryConfig) -> list[CheckMessage]:
             f"set {LOCAL_CONFIG_VARIABLE} to Phorge's conf/local/local.json (its {CLUSTER_KEY} is read), or "
             f"{CLUSTER_VARIABLE} to Phorge's {CLUSTER_KEY}, so that each application is read on its own master"
         )
-    return [checks.Warning(warning, hint=f"{hint} (README, Partitioned Phorge databases)", id="gorge.W004")]
+    return [checks.Warning(warning, hint=f"{hint} (docs/operate/partitions.md)", id="gorge.W004")]
 
 
 def _phorge_settings(config: DeliveryConfig) -> list[CheckMessage]:

@@ -356,8 +356,8 @@ def php_delivering(facts: PhpDelivering, links: Links) -> Message:
         [
             "Phorge's own PHP worker (HeraldWebhookWorker) is delivering webhooks beside this service"
             + (f": {seen}." if seen else "."),
-            "Requests with a PHP task are left to it; finish the handover (README: Taking over from Phorge's PHP "
-            "delivery) so that this service delivers them all.",
+            "Requests with a PHP task are left to it; finish the handover (docs/operate/handover.md) so that this "
+            "service delivers them all.",
         ],
         links.dashboard(),
     )

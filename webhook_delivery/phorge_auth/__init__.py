@@ -1,1 +1,1 @@
-"""Sign in with Phorge: Phorge's own OAuth 2 server signs in Phorge's administrators (see README)."""
+"""Sign in with Phorge: Phorge's own OAuth 2 server signs in Phorge's administrators (docs/operate/sign-in.md)."""

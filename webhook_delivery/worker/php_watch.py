@@ -60,7 +60,7 @@ class PhpWatch:
             }
             if state.state == "active":
                 logger.warning(
-                    "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (see README handover)",
+                    "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (docs/operate/handover.md)",
                     extra=extra,
                 )
             elif state.state == "recent":

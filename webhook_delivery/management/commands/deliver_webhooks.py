@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-# --once exits with these when it could deliver nothing for a reason an operator must fix (README).
+# --once exits with these when it could deliver nothing for a reason an operator must fix (docs/operate/handover.md).
 EXIT_PAUSED = 3  # Phorge's silent mode unknown: its settings are not given, or cannot be read
 EXIT_DATABASE = 4  # Phorge's herald database did not answer
 
