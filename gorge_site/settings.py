@@ -60,7 +60,7 @@ _errors.extend(_loaded.errors)
 GORGE_WEBHOOK = _loaded.delivery
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "django.contrib.admin.apps.SimpleAdminConfig",  # admin.autodiscover() in urls.py: workers load no admin
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -16,7 +16,7 @@ from .phorge.databases import PartitionMap
 from .phorge.netguard import local_gaps
 
 
-@register()
+@register("gorge")
 def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     messages: list[CheckMessage] = [Error(str(error), id="gorge.E001") for error in settings.GORGE_CONFIG_ERRORS]
     config = settings.GORGE_WEBHOOK

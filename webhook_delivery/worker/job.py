@@ -5,6 +5,12 @@ breaker, re-reads its rows, then delivers them oldest first. It hands the hook b
 or timed-out attempt: the rest of its rows go back to the window for a later turn, so a dead receiver
 costs one timeout per turn, never a batch of them. Every statement goes through the process's session
 pool; the lock lives on the process's lock session.
+
+A result is written on a writer thread while the job claims and sends its next row (one write in flight
+per job, waited for before the next is handed over and before the hook's lock is released): the hook's
+calls stop waiting on the database, and still follow each other one at a time. The write starts the moment
+the answer is in, so the window in which a crash leaves a delivered row to be sent again is as wide as it
+was; a result is still written only under its claim.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +68,7 @@ class JobResult:
     breaker_closed: bool = False
     backoff_until: int | None = None
     database_error: bool = False
+    failed_at: float = 0.0  # time.monotonic() of the database error: the loop ignores one from before it recovered
 
 
 UNREADABLE = Outcome(
@@ -104,6 +112,7 @@ class JobRunner:
         php: PhpWatch | None = None,
         attempts: AttemptLog | None = None,
         held: Callable[[], frozenset[str]] = frozenset,
+        writers: int = 16,
     ) -> None:
         self.config = config
         self.held = held  # the hooks an operator holds now (read at each heartbeat)
@@ -115,7 +124,13 @@ class JobRunner:
         self.php = php
         self.attempts = attempts
         self._large = threading.BoundedSemaphore(LARGE_AT_ONCE)
+        # At most one write in flight per job: as many writer threads as jobs can run at once.
+        self._writer = ThreadPoolExecutor(max_workers=max(1, writers), thread_name_prefix="write")
         self._unlocked = False  # delivering without hook locks now (their master does not answer)
+
+    def close(self) -> None:
+        """After the last job: the writer threads end."""
+        self._writer.shutdown(wait=True)
 
     def run(self, job: Job) -> JobResult:
         result = JobResult(Settlement(job.hook_phid, job.rows))
@@ -131,14 +146,18 @@ class JobRunner:
                 if self._in_backoff(job.hook_phid, result):
                     return result
                 result.breaker_closed = True
-                self._deliver_rows(job, result, name, token)
+                writes = _Writes(self, result)
+                try:
+                    self._deliver_rows(job, result, name, token, writes)
+                finally:
+                    writes.settle()  # every result written (or given up) before the hook's lock goes
             finally:
                 if token != UNLOCKED:
                     self.locks.release(name, token)
         except _Stop:
             pass
         except DatabaseError:
-            result.database_error = True
+            result.database_error, result.failed_at = True, time.monotonic()
         except Exception:
             logger.exception("unexpected error in delivery job", extra={"hook": job.hook_phid})
         return result
@@ -237,7 +256,7 @@ class JobRunner:
         if deferred:
             self.counters.record("left_to_php", len(deferred))
 
-    def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int) -> None:
+    def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int, writes: _Writes) -> None:
         pending = self._reread(job.rows, result.settlement)
         lost_once: set[int] = set()
         locked = token != UNLOCKED
@@ -249,7 +268,7 @@ class JobRunner:
             if not held:
                 result.lock_lost = True
                 return
-            outcome = self._deliver_row(job, row, result, lock)
+            outcome = self._deliver_row(job, row, result, lock, writes)
             if outcome is None:  # claim lost: our snapshots are likely stale, or the lock is gone
                 if locked and not self.locks.holds(name, token):
                     result.lock_lost = True
@@ -263,10 +282,10 @@ class JobRunner:
                 return  # hand the hook back: its other rows wait for a later turn
 
     def _deliver_row(
-        self, job: Job, row: RequestRow, result: JobResult, lock: tuple[str, int] | None
+        self, job: Job, row: RequestRow, result: JobResult, lock: tuple[str, int] | None, writes: _Writes
     ) -> Outcome | None:
         if row.properties is not None:
-            return self._deliver_loaded(job, row, result, lock, "")
+            return self._deliver_loaded(job, row, result, lock, "", writes)
         # Queued rows always have properties: these were too large to come with the batch.
         with self._large:
             found = self.store.large_properties(row.id)
@@ -275,12 +294,19 @@ class JobRunner:
             length, properties = found
             problem = "" if properties is not None else f"properties of {length} bytes, more than Phorge can write"
             try:
-                return self._deliver_loaded(job, dataclasses.replace(row, properties=properties), result, lock, problem)
+                with_text = dataclasses.replace(row, properties=properties)
+                return self._deliver_loaded(job, with_text, result, lock, problem, writes)
             finally:
                 release_free_memory()
 
     def _deliver_loaded(
-        self, job: Job, row: RequestRow, result: JobResult, lock: tuple[str, int] | None, problem: str
+        self,
+        job: Job,
+        row: RequestRow,
+        result: JobResult,
+        lock: tuple[str, int] | None,
+        problem: str,
+        writes: _Writes,
     ) -> Outcome | None:
         """Claim, deliver and write one row; None when the claim was lost.
 
@@ -322,9 +348,11 @@ class JobRunner:
             return self._poison(row, version, claimed_at, result, "internal error", began)
         self._log_attempt(row, outcome, began, time.monotonic() - claimed_at)
         new_properties = encode_compact(with_error(properties, outcome))  # cannot fail: _readable() tried it
-        written = self._write(
-            row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
-        )
+        writes.start(row, outcome, version, claimed_at, new_properties)
+        return outcome
+
+    def _settle(self, row: RequestRow, outcome: Outcome, written: int | None, result: JobResult) -> None:
+        """What a written (or given up) result means for the job, the window and the log."""
         self._record(row, outcome, written)
         if outcome.result == RequestResult.OKAY:
             result.answered = True
@@ -336,7 +364,6 @@ class JobRunner:
             result.settlement.retried.append((row.id, written))
         else:
             result.settlement.done.append(row.id)
-        return outcome
 
     def _log_attempt(self, row: RequestRow, outcome: Outcome, began: float, seconds: float) -> None:
         if self.attempts is None:
@@ -433,3 +460,27 @@ class JobRunner:
             )
         else:
             logger.warning("webhook request failed", extra={"event": "delivery.failed", **extra})
+
+
+class _Writes:
+    """A job's result writes: at most one in flight on the runner's writer threads, settled in order."""
+
+    def __init__(self, runner: JobRunner, result: JobResult) -> None:
+        self.runner = runner
+        self.result = result
+        self._pending: tuple[RequestRow, Outcome, Future[int | None]] | None = None
+
+    def start(self, row: RequestRow, outcome: Outcome, version: int, claimed_at: float, properties: str) -> None:
+        self.settle()  # the one before: a job never has two writes in flight
+        future = self.runner._writer.submit(
+            self.runner._write, row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, properties
+        )
+        self._pending = (row, outcome, future)
+
+    def settle(self) -> None:
+        """Wait for the write in flight, if any, and take in what it says."""
+        if self._pending is None:
+            return
+        row, outcome, future = self._pending
+        self._pending = None
+        self.runner._settle(row, outcome, future.result(), self.result)

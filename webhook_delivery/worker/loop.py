@@ -89,10 +89,12 @@ class Worker:
             php=self.php,
             attempts=self.attempts,
             held=lambda: self.scheduler.held,
+            writers=self.max_concurrent,
         )
         self.hooks: dict[str, Hook] = {}
         self._hooks_loaded = 0.0
         self._db_down_since: float | None = None
+        self._db_back_at = float("-inf")  # when the loop last found the database again
         self._signals = 0
         self._last_heartbeat = 0.0
         self._last_lock_check = 0.0
@@ -220,6 +222,7 @@ class Worker:
             for future in list(running):
                 self._absorb(future.result(), running.pop(future))
             pool.shutdown(wait=True)
+            self.runner.close()
             self._report_activity(self.counters.snapshot())
             self.heartbeat.retire(self.snapshot(), clean=clean)
             self.parts.closing.close()  # the attempt log's last records, the locks, the pools, the connections
@@ -362,7 +365,9 @@ class Worker:
     def _absorb(self, result: JobResult, job: Job) -> None:
         self.scheduler.finish(job, result)
         self.window.settle(result.settlement)
-        if result.database_error:
+        # A job can end long after its error (its last result write retried through the outage): an error
+        # from before the loop saw the database again is that outage's, not a new one.
+        if result.database_error and (self._db_down_since is not None or result.failed_at > self._db_back_at):
             self._database_failed()
 
     def _database_failed(self) -> None:
@@ -376,6 +381,7 @@ class Worker:
 
     def _database_recovered(self) -> None:
         if self._db_down_since is not None:
+            self._db_back_at = time.monotonic()
             logger.info(
                 "database reachable again",
                 extra={"outage_sec": round(time.monotonic() - self._db_down_since, 1)},

@@ -34,6 +34,9 @@ def _port(value: str) -> int:
 
 class Command(BaseCommand):
     help = "Deliver Phorge's queued webhook requests (herald_webhookrequest) like Phorge's PHP worker."
+    # This service's own checks only: the URL checks would import every page, the admin and its forms
+    # into a process that serves none of them.
+    requires_system_checks = ["gorge"]
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="deliver everything due now, then exit")
