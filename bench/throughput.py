@@ -102,7 +102,10 @@ def main(argv: list[str]) -> int:
     bare_rates: list[float] = []
     one_count = args.requests // 3
     try:
-        trees = {name: unpack(rev, work / f"tree{index}") for index, (name, rev) in enumerate(zip(names, args.revs))}
+        trees = {
+            name: unpack(rev, work / f"tree{index}")
+            for index, (name, rev) in enumerate(zip(names, args.revs, strict=True))
+        }
         envs = {name: worker_env(work / f"tree{index}", DATABASE) for index, name in enumerate(names)}
         for name, tree in trees.items():
             subprocess.run([PYTHON, "manage.py", "migrate", "--verbosity", "0"], cwd=tree, env=envs[name], check=True)
