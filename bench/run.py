@@ -112,6 +112,14 @@ ROWS = [
     Row("   connections to Phorge's database", "many_connections", "", "<= 8", lambda v: v <= 8),
     Row("   threads of the process", "many_threads", ""),
     Row("   RSS at the peak", "many_rss_mb", "MB"),
+    Row("11. as its own MariaDB user: statements per delivery", "db_statements_per_delivery", "stmts", digits=2),
+    Row("   ... rows read per delivery", "db_rows_per_delivery", "rows", digits=2),
+    Row("   ... MariaDB CPU per delivery", "db_cpu_ms_per_delivery", "ms", digits=3),
+    Row("   ... deliveries one MariaDB core carries", "db_deliveries_per_core", "/s"),
+    Row("   idle worker: statements per second", "db_idle_statements_per_sec", "/s", digits=2),
+    Row("   ... rows read per second", "db_idle_rows_per_sec", "/s", digits=1),
+    Row("   ... MariaDB CPU per second", "db_idle_cpu_ms_per_sec", "ms", digits=3),
+    Row("   ... idle workers one MariaDB core carries", "db_idle_workers_per_core", "workers"),
 ]
 
 
@@ -234,6 +242,8 @@ def repetition(ctx: Context, figures: dict[str, float]) -> None:
     figures.update(scenarios.backlog(ctx))
     log(f"run {ctx.repetition}: 10. {ctx.sizes.many_in_flight} deliveries in flight")
     figures.update(scenarios.many_in_flight(ctx))
+    log(f"run {ctx.repetition}: 11. Phorge's database, the worker as its own MariaDB user")
+    figures.update(scenarios.database_cost(ctx, n, ctx.sizes.latency_sec / 2))
 
 
 def fmt(value: float, digits: int) -> str:

@@ -351,6 +351,44 @@ def idle_database_cost(ctx: Context, seconds: float) -> dict[str, float]:
     return {"idle_statements_per_sec": (after - before - 1) / elapsed}
 
 
+def database_cost(ctx: Context, count: int, idle_sec: float) -> dict[str, float]:
+    """What Phorge's database pays for the worker, told apart from every other client: the worker as a
+    MariaDB user of its own with only its grants, counted by MariaDB's `userstat` (bench/dbcost.py). A drain
+    of `count` over 16 hooks at --max-concurrent 16 (statements, rows read and server CPU per delivery), then
+    one idle worker at defaults (the same per second)."""
+    from bench.dbcost import WorkerUser
+
+    db = ctx.db
+    with WorkerUser(db.name) as user:
+        own = {"GORGE_WEBHOOK_DATABASE_URL": user.url}
+        user.reset()
+        drain(ctx, "dbcost", hooks=16, count=count, env=own)
+        busy = user.cost().per(count)
+        db.clear()
+        worker = ctx.worker(db.name, "dbcost-idle", **own).start()
+        try:
+            worker.wait_for_log(READY_LINE, 30)
+            time.sleep(QUICK_SETTLE_SEC)  # past any quick polling after start-up
+            user.reset()
+            started = time.monotonic()
+            time.sleep(idle_sec)
+            idle = user.cost().per(time.monotonic() - started)
+            worker.signal(signal.SIGTERM)
+            _exit_ok(worker, worker.wait(60))
+        finally:
+            worker.kill()
+    return {
+        "db_statements_per_delivery": busy.statements,
+        "db_rows_per_delivery": busy.rows_read,
+        "db_cpu_ms_per_delivery": busy.cpu_sec * 1000,
+        "db_deliveries_per_core": 1 / busy.cpu_sec if busy.cpu_sec else 0.0,
+        "db_idle_statements_per_sec": idle.statements,
+        "db_idle_rows_per_sec": idle.rows_read,
+        "db_idle_cpu_ms_per_sec": idle.cpu_sec * 1000,
+        "db_idle_workers_per_core": 1 / idle.cpu_sec if idle.cpu_sec else 0.0,
+    }
+
+
 QUICK_SETTLE_SEC = 3.0
 
 
