@@ -150,6 +150,23 @@ def test_a_result_is_written_only_under_the_claim_won(seeded: Seeded) -> None:
     assert seeded.store.recent_failures(hook, window=10, limit=5) == [NOW + 2]
 
 
+def test_a_claim_taken_back_leaves_the_row_as_it_was_and_only_under_that_claim(seeded: Seeded) -> None:
+    hook = seeded.hook("PHID-HWBH-contractcontract0009")
+    row_id = seeded.request(hook, created=NOW - 10)
+    before = seeded.row(row_id)
+    version = seeded.store.claim(before, lease=LEASE, retry_backoff=RETRY)
+    assert version is not None
+    assert not seeded.store.release_claim(row_id, version - 1, previous=before.date_modified), "not our claim"
+    assert seeded.store.release_claim(row_id, version, previous=before.date_modified)
+    assert seeded.row(row_id) == before, "every column as it was"
+    assert not seeded.store.release_claim(row_id, version, previous=before.date_modified), "taken back once"
+    again = seeded.store.claim(before, lease=LEASE, retry_backoff=RETRY)
+    assert again is not None, "due again at once, from the snapshot it was claimed from"
+    seeded.store.write_outcome(row_id, again, status="sent", result="okay", attempted=True, properties=None)
+    assert not seeded.store.release_claim(row_id, again, previous=before.date_modified), "a written row stays"
+    assert seeded.row(row_id).status == "sent"
+
+
 def test_a_failed_forever_request_waits_the_retry_backoff_not_the_lease(seeded: Seeded) -> None:
     hook = seeded.hook("PHID-HWBH-contractcontract0005")
     # A settled failure: dateModified = lastRequestEpoch (the result write sets both).

@@ -103,6 +103,84 @@ def test_a_hold_read_during_a_job_stops_it_before_its_next_call(receiver: Receiv
     assert len(receiver.requests) == 1, "the call under way finished, none started after the hold"
 
 
+def _wait_until(condition: Any, seconds: float = 2.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_once_the_hook_answers_its_next_row_is_claimed_while_the_call_runs(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(3)]
+    versions = {i: store.rows[i].date_modified for i in ids}
+    seen: list[tuple[bool, bool]] = []  # per call: (the next row claimed before it ends, the one after)
+
+    def during_call(_received: Any) -> None:
+        n = len(seen)
+        claimed = [store.rows[i].date_modified != versions[i] for i in ids]
+        if n == 1:  # the second call: the third row's claim is under way
+            claimed[2] = _wait_until(lambda: store.rows[ids[2]].date_modified != versions[ids[2]])
+        seen.append((claimed[n + 1] if n + 1 < 3 else False, claimed[n + 2] if n + 2 < 3 else False))
+
+    receiver.state.on_receive = during_call
+    w = worker(store)
+    w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert seen == [(False, False), (True, False), (False, False)], "the first call waits; then one row ahead"
+    assert [store.rows[i].status for i in ids] == ["sent"] * 3 and store.claims == 3 and store.writes == 3
+    assert [r.object_phid for r in receiver.requests] == [store.rows[i].object_phid for i in ids]
+    assert max(receiver.state.max_in_flight.values()) == 1, "still one call in flight for the hook"
+
+
+@pytest.mark.parametrize("ending", ["the call fails", "a hold", "a stop"])
+def test_a_row_claimed_ahead_of_a_call_that_ends_the_job_is_taken_back_as_it_was(
+    receiver: Receiver, ending: str
+) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, FOREVER, created=NOW - 10) for _ in range(3)]
+    w = worker(store, delivery_timeout=0.5)
+    calls: list[Any] = []
+
+    def during_call(received: Any) -> None:
+        calls.append(received)
+        if len(calls) != 2:
+            return
+        assert _wait_until(lambda: store.claims == 3), "the third row is claimed while the second call runs"
+        if ending == "the call fails":
+            time.sleep(1.0)  # past the delivery timeout
+        elif ending == "a hold":
+            w.scheduler.hold(frozenset({HOOK}))
+        else:
+            w.runner.stopping.set()
+
+    receiver.state.on_receive = during_call
+    before = store.rows[ids[2]]
+    result = w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert len(receiver.requests) == 2, "no call for the row claimed ahead"
+    assert store.rows[ids[2]] == before, "every column as it was: due again at once"
+    assert [store.rows[i].last_result for i in ids[:2]] == ["okay", "fail" if ending == "the call fails" else "okay"]
+    assert w.counters.values.get("claims_released") == 1
+    assert result.settlement.fresh[-1].id == ids[2] and result.settlement.fresh[-1].properties is None
+    assert ids[2] not in result.settlement.claimed
+
+
+def test_a_claim_made_ahead_of_a_slow_call_is_made_again_so_its_own_call_gets_the_full_timeout(
+    receiver: Receiver,
+) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(3)]
+    receiver.state.on_receive = lambda _r: time.sleep(0.4) if len(receiver.requests) == 2 else None
+    w = worker(store)
+    w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert [store.rows[i].status for i in ids] == ["sent"] * 3 and len(receiver.requests) == 3
+    assert store.claims == 4 and w.counters.values.get("claims_released") == 1, "taken back, then claimed again"
+
+
 # -- the scheduler -------------------------------------------------------------------------------------
 
 

@@ -28,6 +28,8 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import Count
 
 from ..config import DeliveryConfig
+from ..phorge.herald import RequestRow
+from ..phorge.outcomes import Outcome
 from ..records.models import BreakerEvent, DeliveryAttempt
 from . import metrics
 
@@ -70,6 +72,26 @@ class AttemptRecord:
     response_bytes: int | None = None
     redirects: int = 0
     response_prefix: str = ""
+
+    @classmethod
+    def of(cls, row: RequestRow, outcome: Outcome, started_at: float, seconds: float) -> AttemptRecord:
+        """One attempt at `row` that began at `started_at` (unix) and took `seconds`."""
+        http = outcome.http
+        return cls(
+            request_phid=row.phid,
+            hook_phid=row.webhook_phid,
+            object_phid=row.object_phid,
+            started_at=started_at,
+            duration_ms=seconds * 1000,
+            status=outcome.status,
+            result=outcome.result,
+            error_type=outcome.error_type,
+            error_code=str(outcome.error_code),
+            http_status=None if http is None else http.status,
+            response_bytes=None if http is None else http.response_bytes,
+            redirects=0 if http is None else http.redirects,
+            response_prefix="" if http is None else http.body_prefix.decode("utf-8", "replace"),
+        )
 
 
 # MySQL/MariaDB character sets as Python codecs. "bmp": utf8mb3 (three bytes at most). Sets not listed are

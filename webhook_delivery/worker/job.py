@@ -6,11 +6,11 @@ or timed-out attempt: the rest of its rows go back to the window for a later tur
 costs one timeout per turn, never a batch of them. Every statement goes through the process's session
 pool; the lock lives on the process's lock session.
 
-A result is written on a writer thread while the job claims and sends its next row (one write in flight
-per job, waited for before the next is handed over and before the hook's lock is released): the hook's
-calls stop waiting on the database, and still follow each other one at a time. The write starts the moment
-the answer is in, so the window in which a crash leaves a delivered row to be sent again is as wide as it
-was; a result is still written only under its claim.
+A result is written on a helper thread while the job claims and sends its next row, and once the hook has
+answered, the next row is claimed while the current call runs (pipeline.py): the hook's calls stop waiting
+on the database, and still follow each other one at a time. The write starts the moment the answer is in,
+so the window in which a crash leaves a delivered row to be sent again is as wide as it was; a result is
+still written only under its claim.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from .memory import release_free_memory
 from .metrics import Counters, Event
 from .parts import HookLocks, QueueStore
 from .php_watch import PhpWatch
+from .pipeline import Ahead, Writes
 from .sessions import LockLost
 from .window import Settlement
 
@@ -45,8 +46,6 @@ logger = logging.getLogger(__name__)
 
 WRITE_MARGIN_SEC = 2.0
 LARGE_AT_ONCE = 1  # requests with large properties in hand at once, per process: memory stays bounded
-PHP_TASK_RECHECK_SEC = 15  # PHP's own worker yields a busy hook for 15 s
-PHP_YOUNG_SEC = 3
 
 
 @dataclass
@@ -124,8 +123,8 @@ class JobRunner:
         self.php = php
         self.attempts = attempts
         self._large = threading.BoundedSemaphore(LARGE_AT_ONCE)
-        # At most one write in flight per job: as many writer threads as jobs can run at once.
-        self._writer = ThreadPoolExecutor(max_workers=max(1, writers), thread_name_prefix="write")
+        # At most one write and one claim ahead in flight per job: two helper threads per job that can run.
+        self._writer = ThreadPoolExecutor(max_workers=2 * max(1, writers), thread_name_prefix="write")
         self._unlocked = False  # delivering without hook locks now (their master does not answer)
 
     def close(self) -> None:
@@ -146,7 +145,7 @@ class JobRunner:
                 if self._in_backoff(job.hook_phid, result):
                     return result
                 result.breaker_closed = True
-                writes = _Writes(self, result)
+                writes = Writes(self._writer, lambda row, outcome, written: self._settle(row, outcome, written, result))
                 try:
                     self._deliver_rows(job, result, name, token, writes)
                 finally:
@@ -190,10 +189,6 @@ class JobRunner:
         result.backoff_until = backoff_until(epochs, threshold, window)
         return result.backoff_until is not None
 
-    def _php_delivering(self) -> bool:
-        """PHP delivered lately, as the main loop's last look at the guard found."""
-        return self.php is not None and self.php.latest().delivering
-
     def _reread(self, rows: list[RequestRow], settlement: Settlement) -> list[RequestRow]:
         """The rows as they are now (with properties); those no longer due go back to the window, and
         those that are PHP's to deliver are left alone for a while."""
@@ -212,42 +207,20 @@ class JobRunner:
 
     def _all_php(self, job: Job, settlement: Settlement) -> bool:
         """Before the hook's lock: True (and the rows deferred) when every row of the job is PHP's."""
-        if not self._php_delivering() or job.now is None:
+        if self.php is None or not self.php.latest().delivering or job.now is None:
             return False
-        mine, deferred = self._php_split(job.rows, job.now)
+        mine, deferred = self.php.split(job.rows, job.now)
         if mine is None or mine:
             return False
         self._defer(deferred, settlement)
         return True
 
     def _leave_to_php(self, rows: list[RequestRow], settlement: Settlement, now: int) -> list[RequestRow]:
-        mine, deferred = self._php_split(rows, now)
+        mine, deferred = (None, []) if self.php is None else self.php.split(rows, now)
         if mine is None:
             return rows
         self._defer(deferred, settlement)
         return mine
-
-    def _php_split(
-        self, rows: list[RequestRow], now: int
-    ) -> tuple[list[RequestRow] | None, list[tuple[RequestRow, int, Event]]]:
-        """While Phorge's own worker still delivers, a request with a live HeraldWebhookWorker task is
-        PHP's, and so is one too young for its task to be visible yet (queueCall() saves the row a moment
-        before it schedules the task). PHP checks `status` before it takes the hook lock and not again
-        inside it, so taking such a row could send it twice. Returns the rows that are ours and those left
-        (row, until, the event saying why); ours None without the grant (then every row is ours, as before)."""
-        live = None if self.php is None else self.php.live_tasks(row.phid for row in rows)
-        if live is None:
-            return None, []
-        mine: list[RequestRow] = []
-        deferred: list[tuple[RequestRow, int, Event]] = []
-        for row in rows:
-            if row.phid in live:
-                deferred.append((row, now + PHP_TASK_RECHECK_SEC, "left_to_php.task"))
-            elif self._php_delivering() and row.date_created > now - PHP_YOUNG_SEC:
-                deferred.append((row, row.date_created + PHP_YOUNG_SEC, "left_to_php.young"))
-            else:
-                mine.append(row)
-        return mine, deferred
 
     def _defer(self, deferred: list[tuple[RequestRow, int, Event]], settlement: Settlement) -> None:
         for row, until, why in deferred:
@@ -256,36 +229,84 @@ class JobRunner:
         if deferred:
             self.counters.record("left_to_php", len(deferred))
 
-    def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int, writes: _Writes) -> None:
+    def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int, writes: Writes) -> None:
         pending = self._reread(job.rows, result.settlement)
         lost_once: set[int] = set()
         locked = token != UNLOCKED
-        while pending and not self.stopping.is_set():
-            if job.hook_phid in self.held():
-                return  # held since the job began: no new call (hold_webhooks waits for this)
-            row = pending.pop(0)
-            held, lock = self.locks.for_claim(name, token) if locked else (True, None)
-            if not held:
-                result.lock_lost = True
-                return
-            outcome = self._deliver_row(job, row, result, lock, writes)
-            if outcome is None:  # claim lost: our snapshots are likely stale, or the lock is gone
-                if locked and not self.locks.holds(name, token):
-                    result.lock_lost = True
-                    return
-                if row.id in lost_once:
-                    result.settlement.fresh.append(dataclasses.replace(row, properties=None))
-                    continue
-                lost_once.add(row.id)
-                pending = self._reread([row, *pending], result.settlement)
-            elif outcome.result == RequestResult.FAIL:
-                return  # hand the hook back: its other rows wait for a later turn
+        ahead: Ahead | None = None
+        answered = False
+
+        def claim_next() -> None:
+            """Just before a call: once the hook has answered, its next row is claimed while the call runs."""
+            nonlocal ahead
+            if answered and pending and pending[0].properties is not None:
+                held, lock = self.locks.for_claim(name, token) if locked else (True, None)
+                if held:
+                    ahead = self._claim_ahead(job, pending.pop(0), lock)
+
+        try:
+            while (pending or ahead is not None) and not self.stopping.is_set():
+                if job.hook_phid in self.held():
+                    return  # held since the job began: no new call (hold_webhooks waits for this)
+                if ahead is not None:
+                    taken, ahead = ahead, None
+                    row = taken.row
+                    version, claimed_at = taken.take()
+                    if version is not None and not Ahead.fresh(claimed_at):
+                        # The call before took long: this one's deadline would be short. Claim it again.
+                        if taken.release(self.store, None):
+                            self.counters.record("claims_released")
+                            pending.insert(0, row)
+                        else:
+                            result.settlement.claimed.append(row.id)
+                        continue
+                    readable = (taken.properties, taken.problem)
+                    outcome = self._claimed(job, row, readable, version, claimed_at, result, writes, claim_next)
+                else:
+                    row = pending.pop(0)
+                    held, lock = self.locks.for_claim(name, token) if locked else (True, None)
+                    if not held:
+                        result.lock_lost = True
+                        return
+                    outcome = self._deliver_row(job, row, result, lock, writes, claim_next)
+                if outcome is None:  # claim lost: our snapshots are likely stale, or the lock is gone
+                    if locked and not self.locks.holds(name, token):
+                        result.lock_lost = True
+                        return
+                    if row.id in lost_once:
+                        result.settlement.fresh.append(dataclasses.replace(row, properties=None))
+                        continue
+                    lost_once.add(row.id)
+                    pending = self._reread([row, *pending], result.settlement)
+                elif outcome.result == RequestResult.FAIL:
+                    return  # hand the hook back: its other rows wait for a later turn
+                else:
+                    answered = answered or outcome.result == RequestResult.OKAY
+        finally:
+            if ahead is not None and ahead.release(self.store, result.settlement):
+                self.counters.record("claims_released")
+
+    def _claim_ahead(self, job: Job, row: RequestRow, lock: tuple[str, int] | None) -> Ahead | None:
+        try:
+            self._may_claim(job)
+        except _Stop:
+            return None  # the next turn of the loop finds out again, on its own thread
+        claim = lambda: self.store.claim(  # noqa: E731
+            row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
+        )
+        return Ahead.start(self._writer, claim, row, _readable(row.properties))
 
     def _deliver_row(
-        self, job: Job, row: RequestRow, result: JobResult, lock: tuple[str, int] | None, writes: _Writes
+        self,
+        job: Job,
+        row: RequestRow,
+        result: JobResult,
+        lock: tuple[str, int] | None,
+        writes: Writes,
+        before_call: Callable[[], None],
     ) -> Outcome | None:
         if row.properties is not None:
-            return self._deliver_loaded(job, row, result, lock, "", writes)
+            return self._deliver_loaded(job, row, result, lock, "", writes, before_call)
         # Queued rows always have properties: these were too large to come with the batch.
         with self._large:
             found = self.store.large_properties(row.id)
@@ -295,9 +316,15 @@ class JobRunner:
             problem = "" if properties is not None else f"properties of {length} bytes, more than Phorge can write"
             try:
                 with_text = dataclasses.replace(row, properties=properties)
-                return self._deliver_loaded(job, with_text, result, lock, problem, writes)
+                return self._deliver_loaded(job, with_text, result, lock, problem, writes, before_call)
             finally:
                 release_free_memory()
+
+    def _may_claim(self, job: Job) -> None:
+        if job.hook is not None and not job.hook.hmac_key:
+            raise _Stop
+        if self.dispatcher.silent() is None:
+            raise _Stop  # silent mode unknown: claim nothing
 
     def _deliver_loaded(
         self,
@@ -306,7 +333,8 @@ class JobRunner:
         result: JobResult,
         lock: tuple[str, int] | None,
         problem: str,
-        writes: _Writes,
+        writes: Writes,
+        before_call: Callable[[], None],
     ) -> Outcome | None:
         """Claim, deliver and write one row; None when the claim was lost.
 
@@ -314,21 +342,34 @@ class JobRunner:
         written back, is marked failed before any call, its properties left byte for byte, after one
         claim. Nothing is ever sent that cannot be recorded, so nothing is sent twice or loops.
         """
-        if job.hook is not None and not job.hook.hmac_key:
-            raise _Stop
-        if self.dispatcher.silent() is None:
-            raise _Stop  # silent mode unknown: claim nothing
-        properties, problem = (None, problem) if problem else _readable(row.properties)
+        self._may_claim(job)
+        readable = (None, problem) if problem else _readable(row.properties)
         version = self.store.claim(
             row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
         )
+        return self._claimed(job, row, readable, version, time.monotonic(), result, writes, before_call)
+
+    def _claimed(
+        self,
+        job: Job,
+        row: RequestRow,
+        readable: tuple[dict[str, Any] | None, str],
+        version: int | None,
+        claimed_at: float,
+        result: JobResult,
+        writes: Writes,
+        before_call: Callable[[], None],
+    ) -> Outcome | None:
+        """Deliver a row whose claim was tried (`version` None: lost) and start its result's write."""
         if version is None:
             self.counters.record("claims_lost")
             return None
         self.counters.record("claims_won")
-        claimed_at, began = time.monotonic(), time.time()
+        began = time.time()
+        properties, problem = readable
         if properties is None:
             return self._poison(row, version, claimed_at, result, problem, began)
+        before_call()
         try:
             outcome = self.dispatcher.process(row, properties, job.hook, started=claimed_at)
         except UnsendableRequest as exc:
@@ -348,7 +389,13 @@ class JobRunner:
             return self._poison(row, version, claimed_at, result, "internal error", began)
         self._log_attempt(row, outcome, began, time.monotonic() - claimed_at)
         new_properties = encode_compact(with_error(properties, outcome))  # cannot fail: _readable() tried it
-        writes.start(row, outcome, version, claimed_at, new_properties)
+        writes.start(
+            row,
+            outcome,
+            lambda: self._write(
+                row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
+            ),
+        )
         return outcome
 
     def _settle(self, row: RequestRow, outcome: Outcome, written: int | None, result: JobResult) -> None:
@@ -366,26 +413,8 @@ class JobRunner:
             result.settlement.done.append(row.id)
 
     def _log_attempt(self, row: RequestRow, outcome: Outcome, began: float, seconds: float) -> None:
-        if self.attempts is None:
-            return
-        http = outcome.http
-        self.attempts.record(
-            AttemptRecord(
-                request_phid=row.phid,
-                hook_phid=row.webhook_phid,
-                object_phid=row.object_phid,
-                started_at=began,
-                duration_ms=seconds * 1000,
-                status=outcome.status,
-                result=outcome.result,
-                error_type=outcome.error_type,
-                error_code=str(outcome.error_code),
-                http_status=None if http is None else http.status,
-                response_bytes=None if http is None else http.response_bytes,
-                redirects=0 if http is None else http.redirects,
-                response_prefix="" if http is None else http.body_prefix.decode("utf-8", "replace"),
-            )
-        )
+        if self.attempts is not None:
+            self.attempts.record(AttemptRecord.of(row, outcome, began, seconds))
 
     def _poison(
         self, row: RequestRow, version: int, claimed_at: float, result: JobResult, problem: str, began: float
@@ -460,27 +489,3 @@ class JobRunner:
             )
         else:
             logger.warning("webhook request failed", extra={"event": "delivery.failed", **extra})
-
-
-class _Writes:
-    """A job's result writes: at most one in flight on the runner's writer threads, settled in order."""
-
-    def __init__(self, runner: JobRunner, result: JobResult) -> None:
-        self.runner = runner
-        self.result = result
-        self._pending: tuple[RequestRow, Outcome, Future[int | None]] | None = None
-
-    def start(self, row: RequestRow, outcome: Outcome, version: int, claimed_at: float, properties: str) -> None:
-        self.settle()  # the one before: a job never has two writes in flight
-        future = self.runner._writer.submit(
-            self.runner._write, row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, properties
-        )
-        self._pending = (row, outcome, future)
-
-    def settle(self) -> None:
-        """Wait for the write in flight, if any, and take in what it says."""
-        if self._pending is None:
-            return
-        row, outcome, future = self._pending
-        self._pending = None
-        self.runner._settle(row, outcome, future.result(), self.result)

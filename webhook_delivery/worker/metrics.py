@@ -19,7 +19,11 @@ ATTEMPT_SECONDS = Histogram(
     "Duration of one HTTP attempt, redirects included.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30),
 )
-CLAIMS = Counter("gorge_webhook_claims", "Claim compare-and-set results.", ["result"])
+CLAIMS = Counter(
+    "gorge_webhook_claims",
+    "Claim compare-and-set results (won, lost), and claims taken back before any call (released).",
+    ["result"],
+)
 BREAKER_SKIPS = Counter("gorge_webhook_breaker_skips", "Hooks skipped for a poll because of the error breaker.")
 LOCK_BUSY = Counter("gorge_webhook_lock_busy", "Hooks skipped because another process held Phorge's hook lock.")
 HOOKS_IN_BACKOFF = Gauge("gorge_webhook_hooks_in_backoff", "Hooks this worker currently sees in error backoff.")
@@ -57,6 +61,7 @@ ATTEMPT_LOG_LOST = Counter(
 Event = Literal[
     "claims_won",
     "claims_lost",
+    "claims_released",
     "deliveries.sent",
     "deliveries.retry",
     "deliveries.failed",
@@ -86,6 +91,7 @@ class _Feeds:
 EVENTS: dict[Event, _Feeds] = {
     "claims_won": _Feeds(CLAIMS, ("won",), ("claims_won",)),
     "claims_lost": _Feeds(CLAIMS, ("lost",), ("claims_lost",)),
+    "claims_released": _Feeds(CLAIMS, ("released",), ("claims_released",)),
     "deliveries.sent": _Feeds(DELIVERIES, ("sent",), ("deliveries.sent",)),
     "deliveries.retry": _Feeds(DELIVERIES, ("retry",), ("deliveries.retry",)),
     "deliveries.failed": _Feeds(DELIVERIES, ("failed",), ("deliveries.failed",)),

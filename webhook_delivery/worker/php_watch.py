@@ -9,10 +9,15 @@ from typing import Protocol
 
 from django.db import DatabaseError
 
+from ..phorge.herald import RequestRow
 from ..state import PhpDelivery
 from . import metrics
+from .metrics import Event
 
 logger = logging.getLogger(__name__)
+
+PHP_TASK_RECHECK_SEC = 15  # PHP's own worker yields a busy hook for 15 s
+PHP_YOUNG_SEC = 3
 
 _GAUGE_VALUE = {"active": 1, "recent": 0, "idle": 0, "unknown": -1}
 
@@ -37,6 +42,28 @@ class PhpWatch:
     def live_tasks(self, request_phids: Iterable[str]) -> set[str] | None:
         """PhpWorkerGuard.live_tasks: the requests that are PHP's to deliver."""
         return self.guard.live_tasks(request_phids)
+
+    def split(
+        self, rows: list[RequestRow], now: int
+    ) -> tuple[list[RequestRow] | None, list[tuple[RequestRow, int, Event]]]:
+        """While Phorge's own worker still delivers, a request with a live HeraldWebhookWorker task is
+        PHP's, and so is one too young for its task to be visible yet (queueCall() saves the row a moment
+        before it schedules the task). PHP checks `status` before it takes the hook lock and not again
+        inside it, so taking such a row could send it twice. Returns the rows that are ours and those left
+        (row, until, the event saying why); ours None without the grant (then every row is ours, as before)."""
+        live = self.live_tasks(row.phid for row in rows)
+        if live is None:
+            return None, []
+        mine: list[RequestRow] = []
+        deferred: list[tuple[RequestRow, int, Event]] = []
+        for row in rows:
+            if row.phid in live:
+                deferred.append((row, now + PHP_TASK_RECHECK_SEC, "left_to_php.task"))
+            elif self.latest().delivering and row.date_created > now - PHP_YOUNG_SEC:
+                deferred.append((row, row.date_created + PHP_YOUNG_SEC, "left_to_php.young"))
+            else:
+                mine.append(row)
+        return mine, deferred
 
     def watch(self) -> PhpDelivery:
         """For the poll loop: refresh (the guard caches) what latest() returns, set the gauge, log when the

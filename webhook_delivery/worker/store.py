@@ -82,6 +82,11 @@ class Store:
         else:
             self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = {version} {claim_where} RETURNING dateModified"
             self._locked_claim_sql = self._claim_sql
+        # A claim taken back before any call: the row as it was, if the claim is still ours.
+        self._release_sql = (
+            f"UPDATE {REQUESTS} SET dateModified = %(previous)s "
+            "WHERE id = %(id)s AND status = 'queued' AND dateModified = %(version)s"
+        )
         self._write_sql = {
             (attempted, with_properties): self._write_statement(attempted, with_properties)
             for attempted in (True, False)
@@ -295,6 +300,13 @@ class Store:
             sql = self._locked_claim_sql
             params["lock"], params["session"] = lock
         return self._guarded_update(sql, params)
+
+    def release_claim(self, row_id: int, version: int, *, previous: int) -> bool:
+        """Undo a claim no call was made under: dateModified back to `previous` (the version claimed from) if
+        the row is still under our claim `version`. Nothing else was changed, so the row is as it was."""
+        with self._cursor() as cursor:
+            _execute(cursor, self._release_sql, {"id": row_id, "version": version, "previous": previous})
+            return bool(cursor.rowcount == 1)
 
     def write_outcome(
         self, row_id: int, version: int, *, status: str, result: str, attempted: bool, properties: str | None

@@ -172,6 +172,14 @@ class MemoryStore:
             self.claims += 1
             return version
 
+    def release_claim(self, row_id: int, version: int, *, previous: int) -> bool:
+        with self.lock:
+            stored = self.rows.get(row_id)
+            if stored is None or stored.status != RequestStatus.QUEUED or stored.date_modified != version:
+                return False
+            self.rows[row_id] = dataclasses.replace(stored, date_modified=previous)
+            return True
+
     def write_outcome(
         self, row_id: int, version: int, *, status: str, result: str, attempted: bool, properties: str | None
     ) -> int | None:
