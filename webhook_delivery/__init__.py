@@ -7,7 +7,7 @@ The folders are the processes:
   worker/    `manage.py deliver_webhooks`: the loop, scheduling, the queue window, one hook's job, the only
              SQL that writes Phorge's table (store.py), the HTTP transport, the attempt log, requeue
   web/       gunicorn: pages, JSON diagnostics, probes and web metrics over selectors (reads only); never
-             imports worker/ (tests/test_layout.py)
+             imports worker/ (tests/unit/test_layout.py)
   records/   Django's own tables: heartbeats, the attempt log, requeue notices, holds
   alerts/    `manage.py watch_webhooks` (or inside deliver_webhooks): conditions, e-mail and chat channels
   phorge_auth/  Sign in with Phorge (Phorge's OAuth server)

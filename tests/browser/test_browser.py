@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
-from tests.receiver import Receiver
-from tests.ui_helpers import seed_bulk
+from tests.support.helpers import PHORGE_DB, Phorge, random_phid, viewer
+from tests.support.receiver import Receiver
+from tests.support.ui_helpers import seed_bulk
 from webhook_delivery.records.models import WorkerHeartbeat
 from webhook_delivery.worker.loop import build_worker
 
@@ -176,7 +176,7 @@ def test_no_page_shows_template_syntax_with_every_kind_of_state_present(
 ) -> None:
     """Every page the URL walk reaches, with alerts, holds, losses, stopped and silent workers, a partitioned
     map and odd rows present, rendered by Chromium: none of Django's template syntax in what a person reads."""
-    from tests.urlwalk import every_page
+    from tests.support.urlwalk import every_page
     from webhook_delivery.alerts.models import AlertCondition, AlertNotification, HookLoss
     from webhook_delivery.records.holds import hold
 

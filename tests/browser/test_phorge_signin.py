@@ -1,5 +1,5 @@
 """Sign in with Phorge, end to end in headless Chromium against a local stand-in for Phorge's OAuth server
-and Conduit (tests/phorge_oauth_standin.py): who gets in, who is refused, forged and replayed answers,
+and Conduit (tests/support/phorge_oauth_standin.py): who gets in, who is refused, forged and replayed answers,
 re-checks while signed in, the break-glass account while Phorge is down, and no secret in a log or a page.
 Also: Phorge's consent and "Continue to Application" dialogs (trusted and untrusted clients), the OAuth
 Server as the prototype application it is in Phorge, every log line's event key and the Phorge user it
@@ -14,7 +14,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -22,9 +21,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 
-from tests import phorge_oauth_standin as phorge_words
-from tests.helpers import PHORGE_DB, Phorge, viewer
-from tests.phorge_oauth_standin import PhorgeStandin, PhorgeUser
+from tests.support import ROOT
+from tests.support import phorge_oauth_standin as phorge_words
+from tests.support.helpers import PHORGE_DB, Phorge, viewer
+from tests.support.phorge_oauth_standin import PhorgeStandin, PhorgeUser, settings_errors
 from webhook_delivery.logformat import JsonFormatter, TextFormatter
 from webhook_delivery.phorge_auth import events
 from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig
@@ -370,36 +370,8 @@ def test_break_glass_local_account_signs_in_while_phorge_is_down(
     assert_no_secret_anywhere(standin, logs, seen)
 
 
-def _settings_errors(**env: str) -> dict[str, Any]:
-    import json
-    import os
-    import subprocess
-    import sys
-
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("GORGE_")}
-    clean.update(SECRET_KEY="x" * 50, GORGE_ENV_FILE="/dev/null", DATABASE_URL="sqlite://:memory:", **env)
-    code = (
-        "import json, gorge_site.settings as s; "
-        "errors = {e.variable: e.message for e in s.GORGE_CONFIG_ERRORS if 'PHORGE_OAUTH' in e.variable}; "
-        "print(json.dumps({'errors': errors, 'oauth': repr(s.GORGE_PHORGE_OAUTH),"
-        " 'only': s.GORGE_PHORGE_OAUTH.only, 'users': s.GORGE_PHORGE_OAUTH.break_glass_users,"
-        " 'recheck': s.GORGE_PHORGE_OAUTH.recheck_sec, 'site': s.GORGE_PHORGE_OAUTH.site_url}))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env=clean,
-        cwd=Path(__file__).resolve().parent.parent,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
-
-
 def test_settings_are_read_and_checked_like_the_rest() -> None:
-    good = _settings_errors(
+    good = settings_errors(
         GORGE_PHORGE_OAUTH_CLIENT_ID="PHID-OASC-abc",
         GORGE_PHORGE_OAUTH_CLIENT_SECRET="s3cret-value-xyz",
         GORGE_PHORGE_OAUTH_ONLY="true",
@@ -411,7 +383,7 @@ def test_settings_are_read_and_checked_like_the_rest() -> None:
     assert good["site"] == "https://webhooks.example.org"
     assert "s3cret-value-xyz" not in good["oauth"]  # the secret stays out of repr (tracebacks, debug pages)
 
-    bad = _settings_errors(
+    bad = settings_errors(
         GORGE_PHORGE_OAUTH_CLIENT_ID="42",
         GORGE_PHORGE_OAUTH_RECHECK_SEC="0",
         GORGE_PHORGE_OAUTH_URL="phorge.example.org",
@@ -424,7 +396,7 @@ def test_settings_are_read_and_checked_like_the_rest() -> None:
         "GORGE_PHORGE_OAUTH_URL",
         "GORGE_PHORGE_OAUTH_ONLY",
     }
-    assert _settings_errors(GORGE_PHORGE_OAUTH_ONLY="true")["errors"].keys() == {"GORGE_PHORGE_OAUTH_ONLY"}
+    assert settings_errors(GORGE_PHORGE_OAUTH_ONLY="true")["errors"].keys() == {"GORGE_PHORGE_OAUTH_ONLY"}
 
 
 def test_phorge_address_defaults_to_phorges_base_uri(phorge: Phorge, settings: Any) -> None:
@@ -724,8 +696,8 @@ def test_login_page_sign_in_button_overlaps_nothing(
 
 def test_readme_sign_in_steps_use_phorges_own_words() -> None:
     """The README's set-up steps name what Phorge's source shows and does (the stand-in carries the same
-    words: tests/phorge_oauth_standin.py), and no longer the raw SQL or a consent screen that trust skips."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    words: tests/support/phorge_oauth_standin.py), and no longer the raw SQL or a consent screen that trust skips."""
+    readme = (ROOT / "README.md").read_text()
     section = readme.split("### Sign in with Phorge", 1)[1].split("\n### ", 1)[0]
     for words in (
         "bin/config set phabricator.show-prototypes true",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import PHORGE_DB, Phorge
-from tests.ui_helpers import properties
+from tests.support.helpers import PHORGE_DB, Phorge
+from tests.support.ui_helpers import properties
 from webhook_delivery.models import HeraldWebhook, HeraldWebhookRequest
 from webhook_delivery.records.models import WorkerHeartbeat
 

@@ -16,13 +16,13 @@ import pytest
 from django.conf import settings
 from django.core import mail
 
-from tests.helpers import PHORGE_DB, Phorge
-from tests.phorge_app_db import AppDatabases
+from tests.support.clock import PhorgeClock
+from tests.support.helpers import PHORGE_DB, Phorge
+from tests.support.phorge_app_db import AppDatabases
 from webhook_delivery.alerts.config import AlertConfig
 from webhook_delivery.alerts.messages import SUBJECT_LIMIT
 from webhook_delivery.alerts.models import AlertCondition, AlertNotification
 from webhook_delivery.alerts.watcher import Watcher
-from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.models import WorkerHeartbeat
 from webhook_delivery.wording import ELLIPSIS
 
@@ -32,36 +32,16 @@ T = calendar.timegm((2026, 12, 1, 20, 45, 0))  # 20:45 UTC on Phorge's database 
 SITE = "https://gorge.example.org"
 
 
-class Clock:
-    """Phorge's clock (this session's MariaDB timestamp) and the host's, moved together."""
-
-    def __init__(self, phorge: Phorge) -> None:
-        self.phorge = phorge
-        self.now = T
-        self.set(T)
-
-    def set(self, epoch: int) -> None:
-        self.now = epoch
-        self.phorge.execute("SET timestamp = %s", (epoch,))
-        phorge_status._php_guard.cache_clear()  # the guard caches its reading a few seconds
-
-    def advance(self, seconds: int) -> None:
-        self.set(self.now + seconds)
-
-    def host(self) -> float:
-        return float(self.now)
-
-
 @pytest.fixture
-def clock(phorge: Phorge) -> Iterator[Clock]:
-    fixed = Clock(phorge)
+def clock(phorge: Phorge) -> Iterator[PhorgeClock]:
+    fixed = PhorgeClock(phorge, T)
     yield fixed
-    phorge.execute("SET timestamp = DEFAULT")
+    fixed.release()
 
 
-def watcher(clock: Clock, **delivery: Any) -> Watcher:
+def watcher(clock: PhorgeClock, **delivery: Any) -> Watcher:
     config = AlertConfig(email_to=("ops@example.com",), site_url=SITE, interval_sec=0.2, channel_timeout_sec=5)
-    return Watcher(config, dataclasses.replace(settings.GORGE_WEBHOOK, **delivery), clock=clock.host)
+    return Watcher(config, dataclasses.replace(settings.GORGE_WEBHOOK, **delivery), clock=clock)
 
 
 def said(key: str, transition: str) -> tuple[str, str]:
@@ -94,7 +74,7 @@ def failed_row(phorge: Phorge, hook: str, at: int, error: tuple[str, str], **col
 
 
 def test_a_failing_hook_counts_only_this_incidents_failures_and_ends_when_it_delivers(
-    phorge: Phorge, clock: Clock, worker_db: AppDatabases, settings: Any
+    phorge: Phorge, clock: PhorgeClock, worker_db: AppDatabases, settings: Any
 ) -> None:
     worker_db.create(["maniphest"])
     task = worker_db.task(title="Fix the build")
@@ -129,7 +109,7 @@ def test_a_failing_hook_counts_only_this_incidents_failures_and_ends_when_it_del
     assert "a request succeeded at 20:46 UTC; it had been failing since 20:25 UTC (22 min). 1 queued." in body
 
 
-def test_a_hook_in_backoff_is_told_at_once_with_the_breaker_figures(phorge: Phorge, clock: Clock) -> None:
+def test_a_hook_in_backoff_is_told_at_once_with_the_breaker_figures(phorge: Phorge, clock: PhorgeClock) -> None:
     hook = phorge.hook("http://127.0.0.1:9/ci", name="backs off")
     for seconds in (100, 80, 60):
         failed_row(phorge, hook, T - seconds, ("http", "502"), status="queued")
@@ -142,7 +122,7 @@ def test_a_hook_in_backoff_is_told_at_once_with_the_breaker_figures(phorge: Phor
 
 
 def test_requests_near_collection_are_told_with_the_deadline_and_end_once_delivered(
-    phorge: Phorge, clock: Clock
+    phorge: Phorge, clock: PhorgeClock
 ) -> None:
     hook = phorge.hook("http://127.0.0.1:9/ci", name="old backlog")
     old = [phorge.request(hook, created=T - 7 * 86400 + 3 * 3600) for _ in range(3)]
@@ -170,7 +150,9 @@ def _host(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
-def test_no_worker_says_the_last_one_stopped_cleanly_and_which_one_came_back(phorge: Phorge, clock: Clock) -> None:
+def test_no_worker_says_the_last_one_stopped_cleanly_and_which_one_came_back(
+    phorge: Phorge, clock: PhorgeClock
+) -> None:
     hook = phorge.hook("http://127.0.0.1:9/ci", name="due")
     for _ in range(4):
         phorge.request(hook, created=T - 120)
@@ -200,7 +182,7 @@ def test_no_worker_says_the_last_one_stopped_cleanly_and_which_one_came_back(pho
     assert "A deliver_webhooks worker is alive again (`web2:7:def456`), after 4 min without one." in body
 
 
-def test_no_worker_after_silence_is_not_called_a_stop(phorge: Phorge, clock: Clock) -> None:
+def test_no_worker_after_silence_is_not_called_a_stop(phorge: Phorge, clock: PhorgeClock) -> None:
     hook = phorge.hook("http://127.0.0.1:9/ci", name="due")
     phorge.request(hook, created=T - 120)
     WorkerHeartbeat.objects.create(
@@ -223,7 +205,7 @@ def test_no_worker_after_silence_is_not_called_a_stop(phorge: Phorge, clock: Clo
 
 
 def test_one_php_task_is_no_alert_and_php_delivering_for_a_minute_is_one(
-    phorge: Phorge, clock: Clock, worker_db: AppDatabases
+    phorge: Phorge, clock: PhorgeClock, worker_db: AppDatabases
 ) -> None:
     worker_db.create(["worker"])
     w = watcher(clock)
@@ -255,7 +237,9 @@ def test_one_php_task_is_no_alert_and_php_delivering_for_a_minute_is_one(
     assert "has delivered no webhook for at least 60 s (the last at 20:44 UTC)" in body
 
 
-def test_stalled_is_told_on_the_second_pass_and_ends_on_the_second_clear_one(phorge: Phorge, clock: Clock) -> None:
+def test_stalled_is_told_on_the_second_pass_and_ends_on_the_second_clear_one(
+    phorge: Phorge, clock: PhorgeClock
+) -> None:
     hook = phorge.hook("http://127.0.0.1:9/ci", name="stuck")
     phorge.request(hook, created=T - 400)
     WorkerHeartbeat.objects.create(
@@ -278,7 +262,7 @@ def test_stalled_is_told_on_the_second_pass_and_ends_on_the_second_clear_one(pho
 
 
 def test_herald_unreachable_is_told_on_the_second_pass_and_its_end_on_the_second_answer(
-    phorge: Phorge, clock: Clock
+    phorge: Phorge, clock: PhorgeClock
 ) -> None:
     import socket
 

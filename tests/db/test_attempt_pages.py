@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import PHORGE_DB, Phorge
+from tests.support.helpers import PHORGE_DB, Phorge
 from webhook_delivery.records.models import BreakerEvent, DeliveryAttempt
 from webhook_delivery.web.history import Latency, latency
 

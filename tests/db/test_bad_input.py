@@ -1,4 +1,6 @@
-"""Bad rows, bad hosts, careless runs: nothing lost, nothing sent twice, nothing leaked, no traceback."""
+"""Bad rows, bad hosts, careless runs: nothing lost, nothing sent twice, nothing leaked, no traceback.
+
+Here: what runs on Django's test databases; the rest is in tests/process/test_bad_input.py."""
 
 from __future__ import annotations
 
@@ -6,13 +8,8 @@ import dataclasses
 import ipaddress
 import logging
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +18,9 @@ from django.contrib.auth.models import User
 from django.db import OperationalError
 from django.test import Client
 
-from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
-from tests.receiver import Receiver
+from tests.support import ROOT
+from tests.support.helpers import PHORGE_DB, Phorge, mysql_admin
+from tests.support.receiver import Receiver
 from webhook_delivery.phorge.locks import webhook_lock_name
 from webhook_delivery.worker.dispatcher import Dispatcher
 from webhook_delivery.worker.job import Job
@@ -30,7 +28,6 @@ from webhook_delivery.worker.loop import Worker, build_worker
 from webhook_delivery.worker.parts import build_parts
 
 pytestmark = PHORGE_DB
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
@@ -38,54 +35,17 @@ def no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
     assert offenders == []
 
 
-# -- 1. the suite only ever touches its own throwaway database ---------------------------------------------
-
-
-@pytest.mark.slow
-def test_a_production_database_url_in_the_environment_is_never_touched(tmp_path: Path) -> None:
-    sentinel = f"gwsentinel{os.getpid()}_herald"
-    admin = mysql_admin()
-    cursor = admin.cursor()
-    cursor.execute(f"CREATE DATABASE `{sentinel}`")
-    cursor.execute(f"CREATE TABLE `{sentinel}`.`herald_webhook` (id INT PRIMARY KEY)")
-    cursor.execute(f"INSERT INTO `{sentinel}`.`herald_webhook` VALUES (7)")
-    db = settings.DATABASES["phorge"]
-    server = f"mysql://{db['USER']}@{db['HOST']}:{db['PORT']}"
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    env.update(
-        GORGE_TEST_DATABASE_URL=server,
-        GORGE_WEBHOOK_DATABASE_URL=f"{server}/{sentinel}",  # as exported in a production shell or container
-        GORGE_WEBHOOK_NAMESPACE=sentinel.removesuffix("_herald"),
-    )
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_admin.py", "-x"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        cursor.execute(f"SELECT id FROM `{sentinel}`.`herald_webhook`")
-        assert cursor.fetchall() == ((7,),)
-    finally:
-        cursor.execute(f"DROP DATABASE IF EXISTS `{sentinel}`")
-        admin.close()
-
-
 def test_the_suite_refuses_a_database_name_it_did_not_generate() -> None:
-    from tests.helpers import throwaway_name
+    from tests.support.helpers import throwaway_name
 
     assert throwaway_name(f"gwtest{os.getpid()}_herald")
     for name in ("phabricator_herald", "gwtest_herald", "gwtest12_herald_x", "prod_gwtest1_herald", "gwtest1"):
         assert not throwaway_name(name)
 
 
-# -- 2. poison rows: one attempt at most, then a final state ---------------------------------------------------
-
 DEEP = 600
+
+
 CORPUS: dict[str, str] = {
     "number beyond a double": '{"retry":"never","x":1e400,"triggerPHIDs":[]}',
     "negative beyond a double": '{"retry":"forever","x":-1e999}',
@@ -152,9 +112,6 @@ def test_a_row_sent_but_not_writable_is_never_sent_again(phorge: Phorge, deliver
         assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
 
 
-# -- 3. malformed host names fail as Phorge fails an unresolvable host -----------------------------------------
-
-
 @pytest.mark.parametrize(
     "uri",
     [
@@ -175,9 +132,6 @@ def test_malformed_host_names_fail_for_good_without_a_call(
     assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
     assert row["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
     no_tracebacks(caplog)
-
-
-# -- 4. the admin answers no question it does not offer ---------------------------------------------------------
 
 
 @pytest.fixture
@@ -235,9 +189,6 @@ def test_the_offered_filters_and_search_still_work(phorge: Phorge, staff: Client
     assert staff.get(f"{requests_list}?status__exact=queued&last_request_result__exact=none").status_code == 200
 
 
-# -- 5. a failed result write never costs the hook's lock --------------------------------------------------------
-
-
 class FlakyStore:
     """The worker's store, whose first result write fails as a dropped connection would."""
 
@@ -283,9 +234,6 @@ def test_every_post_of_a_job_happens_under_the_hook_lock_across_a_failed_write(
     assert all(phorge.row(p)["status"] == "sent" for p in phids)
 
 
-# -- 9. text logs carry the identifiers -------------------------------------------------------------------------
-
-
 def test_text_log_lines_name_the_request_the_hook_and_the_reason(phorge: Phorge, delivery_config: Any) -> None:
     from webhook_delivery.logformat import TextFormatter
 
@@ -312,76 +260,6 @@ def test_text_log_lines_name_the_request_the_hook_and_the_reason(phorge: Phorge,
     uri = next(line for line in lines if "webhook URI refused" in line)
     assert f"request={refused}" in uri and "reason=" in uri
     assert "a..example.com" not in "\n".join(lines)  # never the URI
-
-
-# -- 6. a name server that never answers starves no other hook --------------------------------------------------
-
-
-class SilentNameServer:
-    """A UDP name server on 127.0.0.1:53 that reads every query and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 53))
-        self.sock.settimeout(0.2)
-        self.queries = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._swallow, daemon=True)
-
-    def _swallow(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sock.recv(4096)
-            except TimeoutError:
-                continue
-            self.queries += 1
-
-    def __enter__(self) -> SilentNameServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)  # the port is free again only once no thread is inside recv()
-        self.sock.close()
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
-def test_a_name_server_that_never_answers_starves_no_other_hook(phorge: Phorge, tmp_path: Path) -> None:
-    resolv = tmp_path / "resolv.conf"
-    resolv.write_text("nameserver 127.0.0.1\noptions timeout:4 attempts:1\n")
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 localhost healthy.test\n")
-    with Receiver() as receiver, SilentNameServer() as dns:
-        hung = [phorge.request(phorge.hook(f"http://hang{i}.example.test:{receiver.port}/dns/ok")) for i in range(12)]
-        healthy = phorge.request(phorge.hook(f"http://healthy.test:{receiver.port}/healthy/ok"))
-        env = worker_env(GORGE_WEBHOOK_DELIVERY_TIMEOUT="1.5", GORGE_WEBHOOK_CLAIM_LEASE_SEC="10")
-        script = (
-            f"mount --bind {resolv} /etc/resolv.conf && mount --bind {hosts} /etc/hosts && "
-            f"exec {sys.executable} manage.py deliver_webhooks --once"
-        )
-        done = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        assert dns.queries > 0  # the hung names really went to the silent server
-    assert phorge.row(healthy)["status"] == "sent"
-    assert [r.path for r in receiver.requests] == ["/healthy/ok"]
-    for phid in hung:
-        row = phorge.row(phid)
-        assert (row["status"], row["lastRequestResult"]) == ("failed", "fail")
-        assert row["properties"].endswith(',"errorType":"timeout","errorCode":28}')
-
-
-# -- 7. the attempt's deadline runs from the claim ----------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -412,9 +290,6 @@ def test_a_slow_silent_mode_read_delays_the_claim_not_the_attempt(
     assert (row["status"], row["lastRequestResult"]) == ("sent", "okay")
 
 
-# -- 8. /metrics costs the database one read per few seconds, whatever the scrape rate -------------------------
-
-
 def test_metrics_read_phorge_at_most_once_per_few_seconds(phorge: Phorge, client: Client) -> None:
     from django.db import connections
     from django.test.utils import CaptureQueriesContext
@@ -430,9 +305,6 @@ def test_metrics_read_phorge_at_most_once_per_few_seconds(phorge: Phorge, client
             assert client.get("/metrics").status_code == 200
     assert len(first.captured_queries) > 0
     assert len(later.captured_queries) == 0
-
-
-# -- 10. NAT64, 6to4 and an IPv4-only blacklist -------------------------------------------------------------------
 
 
 def test_nat64_and_6to4_addresses_are_judged_by_the_ipv4_address_they_reach() -> None:
@@ -462,18 +334,6 @@ def test_nat64_and_6to4_addresses_are_judged_by_the_ipv4_address_they_reach() ->
     assert local_gaps(default) == [] and local_gaps(()) == []
 
 
-def test_an_ipv4_only_blacklist_is_warned_about_at_start_up() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    env.update(DJANGO_SETTINGS_MODULE="gorge_site.settings", GORGE_WEBHOOK_OUTBOUND_BLACKLIST="10.0.0.0/8,127.0.0.0/8")
-    done = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, check=False
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert "gorge.W002" in output and "fc00::/7" in output and "fe80::/10" in output and "::1/128" in output
-    assert "this host 0.0.0.0/8" in output and "unspecified ::/128" in output
-
-
 def test_the_example_blacklist_blocks_every_way_to_this_host_and_a_blank_value_is_an_error() -> None:
     from webhook_delivery.config import load_config, parse_blacklist
     from webhook_delivery.phorge.netguard import is_blocked, local_gaps
@@ -489,9 +349,6 @@ def test_the_example_blacklist_blocks_every_way_to_this_host_and_a_blank_value_i
     assert [e.variable for e in blank.errors] == ["GORGE_WEBHOOK_OUTBOUND_BLACKLIST"]
     assert "only blanks" in blank.errors[0].message
     assert load_config({"GORGE_WEBHOOK_OUTBOUND_BLACKLIST": ""}).errors == ()
-
-
-# -- 11. IDNA 2008, and every permitted address tried in turn -----------------------------------------------------
 
 
 def test_international_names_follow_idna_2008() -> None:

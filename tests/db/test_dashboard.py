@@ -11,9 +11,9 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import PHORGE_DB, Phorge, as_request_row
-from tests.ui_helpers import full_scans, logged_attempt, properties, seed_bulk, seed_contract
-from tests.urlwalk import every_page, is_public
+from tests.support.helpers import PHORGE_DB, Phorge, as_request_row
+from tests.support.ui_helpers import full_scans, logged_attempt, properties, seed_bulk, seed_contract
+from tests.support.urlwalk import every_page, is_public
 from webhook_delivery.phorge.herald import is_due, next_due
 from webhook_delivery.reads import herald as selectors
 from webhook_delivery.reads import phorge_status
@@ -163,7 +163,7 @@ def test_hooks_needing_attention_come_first_and_the_list_is_capped(
 
 
 def test_the_database_going_away_shows_a_page_not_a_traceback(staff: Any, phorge: Phorge) -> None:
-    from tests.test_api import phorge_unreachable
+    from tests.support.helpers import phorge_unreachable
 
     with phorge_unreachable():
         response = staff.get("/")

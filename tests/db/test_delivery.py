@@ -16,8 +16,8 @@ from django.db import connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import PHORGE_DB, Phorge
-from tests.receiver import Receiver
+from tests.support.helpers import PHORGE_DB, Phorge, with_event
+from tests.support.receiver import Receiver
 from webhook_delivery.phorge.herald import Dialect, RequestRow, backoff_until, counts_toward_breaker, is_due, next_due
 from webhook_delivery.worker.loop import Worker, build_worker
 from webhook_delivery.worker.store import Store
@@ -305,16 +305,9 @@ def test_breaker_entry_and_exit_are_logged_once_each(
         )
         caplog.set_level(logging.INFO, logger="webhook_delivery")
 
-        def messages(text: str) -> int:
-            return sum(1 for record in caplog.records if record.getMessage() == text)
-
-        run_until(config, lambda: messages("hook left error backoff") >= 1, timeout=15)
-        transitions = [
-            record.getMessage()[:10]
-            for record in caplog.records
-            if record.getMessage().startswith(("hook entered error backoff", "hook left error backoff"))
-        ]
+        run_until(config, lambda: with_event(caplog.records, "breaker.left"), timeout=15)
+        transitions = [record.event for record in with_event(caplog.records, "breaker.entered", "breaker.left")]
         # About a hundred polls passed while the hook was in backoff: one line per change of state, no more.
-        assert transitions[:2] == ["hook enter", "hook left "]
+        assert transitions[:2] == ["breaker.entered", "breaker.left"]
         assert all(a != b for a, b in itertools.pairwise(transitions))
         assert len(receiver.requests) >= 3  # delivery resumed after the window

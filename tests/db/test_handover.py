@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.helpers import PHORGE_DB, Phorge, random_phid, viewer
-from tests.phorge_app_db import AppDatabases
-from tests.receiver import Receiver
+from tests.support.helpers import PHORGE_DB, Phorge, random_phid, viewer, with_event
+from tests.support.phorge_app_db import AppDatabases
+from tests.support.receiver import Receiver
 from webhook_delivery.config import default_blacklist
 from webhook_delivery.reads import herald as selectors
 from webhook_delivery.reads import phorge_status
@@ -68,7 +68,7 @@ def test_worker_logs_the_guard_once_per_change(
     worker = build_worker(delivery_config, once=True)
     worker.run()
     worker.run()
-    warnings = [r for r in caplog.records if "PHP worker is also delivering" in r.getMessage()]
+    warnings = with_event(caplog.records, "php.seen_delivering")
     assert len(warnings) == 1
     assert worker.snapshot()["php_worker"]["state"] == "active"
 
@@ -96,7 +96,8 @@ def test_phorges_own_blacklist_is_read_and_the_variable_wins_over_it(
             f"security.outbound-blacklist = {len(lifted)} ranges, leaving open loopback 127.0.0.0/8, "
             f"from database (`{namespace}_config`.`config_entry`)"
         )
-        assert f"Phorge setting in force: {in_force}" in caplog.text
+        said = [r.getMessage() for r in with_event(caplog.records, "settings.in_force")]
+        assert f"Phorge setting in force: {in_force}" in said
 
         refused = phorge.request(phorge.hook(receiver.url("/internal2/ok")), retry="forever")
         from_env = dataclasses.replace(unset, outbound_blacklist_from_env=True)  # the variable, set to the default
@@ -117,7 +118,11 @@ def test_without_phorges_config_the_default_list_is_in_force_and_the_log_says_wh
         build_worker(unset, once=True).run()
         assert receiver.requests == []
     assert phorge.row(phid)["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
-    said = [r.getMessage() for r in caplog.records if "in force: security.outbound-blacklist" in r.getMessage()]
+    said = [
+        r.getMessage()
+        for r in with_event(caplog.records, "settings.in_force")
+        if r.option == "security.outbound-blacklist"
+    ]
     namespace = settings.GORGE_WEBHOOK.namespace
     assert len(said) == 1
     ranges = len(default_blacklist())

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import PHORGE_DB, Phorge
-from tests.test_api import phorge_unreachable
-from tests.ui_helpers import properties, seed_contract
+from tests.support.helpers import PHORGE_DB, Phorge, phorge_unreachable, with_event
+from tests.support.ui_helpers import properties, seed_contract
 from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.models import WorkerHeartbeat
 from webhook_delivery.state import PhpDelivery
@@ -52,7 +51,7 @@ def test_readyz_follows_the_phorge_database(client: Any, phorge: Phorge, caplog:
         response = client.get("/readyz")
     assert response.status_code == 503
     assert json.loads(response.content) == {"status": "unavailable", "reason": "phorge database unreachable"}
-    assert "readiness: Phorge's herald database unavailable" in caplog.text
+    assert with_event(caplog.records, "readiness.phorge_unavailable")
     assert client.get("/readyz").status_code == 200
 
 

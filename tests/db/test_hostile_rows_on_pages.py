@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.helpers import PHORGE_DB, Phorge, viewer
-from tests.ui_helpers import logged_attempt
+from tests.support.helpers import PHORGE_DB, Phorge, viewer
+from tests.support.ui_helpers import logged_attempt
 from webhook_delivery.phorge import seeding
 from webhook_delivery.phorge.outcomes import http_status, is_success
 

@@ -16,10 +16,10 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import PHORGE_DB, Phorge, random_phid
-from tests.phorge_app_db import AppDatabases
-from tests.test_golden import CASES
-from tests.test_phorge_databases import MariaDBUser
+from tests.support.golden import CASES
+from tests.support.helpers import PHORGE_DB, Phorge, random_phid
+from tests.support.mariadb_servers import MariaDBUser
+from tests.support.phorge_app_db import AppDatabases
 from webhook_delivery.grants import grants_sql
 from webhook_delivery.phorge.databases import Masters, MasterUnavailable, Route
 from webhook_delivery.phorge.object_names import READERS, ObjectNames

@@ -13,10 +13,10 @@ import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import PHORGE_DB, Phorge
-from tests.phorge_app_db import AppDatabases
-from tests.receiver import Receiver
-from tests.ui_helpers import explain, full_scans, logged_attempt, properties
+from tests.support.helpers import PHORGE_DB, Phorge
+from tests.support.phorge_app_db import AppDatabases
+from tests.support.receiver import Receiver
+from tests.support.ui_helpers import explain, full_scans, logged_attempt, properties
 from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.heartbeat import Heartbeat
 from webhook_delivery.records.models import DeliveryAttempt, WorkerHeartbeat

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import secrets
 from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
@@ -16,8 +15,10 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connections
 from prometheus_client import REGISTRY
 
-from tests.helpers import PHORGE_DB, Phorge, mysql_admin, random_phid
-from tests.phorge_app_db import AppDatabases, app_schema
+from tests.support.clock import FixedClock
+from tests.support.helpers import PHORGE_DB, Phorge, mysql_admin, random_phid, with_event
+from tests.support.mariadb_servers import MariaDBUser
+from tests.support.phorge_app_db import AppDatabases, app_schema
 from webhook_delivery.grants import grants_sql
 from webhook_delivery.phorge.config import PhorgeSettings, php_truthy
 from webhook_delivery.phorge.objects import OBJECT_TABLES, PhorgeObjects
@@ -58,31 +59,6 @@ def app_db(apps: AppDatabases, phorge: Phorge) -> AppDatabases:
     return apps
 
 
-class MariaDBUser:
-    """A throwaway account and a Django connection to the herald database as that account."""
-
-    def __init__(self, admin: Any, name: str, grants: str) -> None:
-        self.admin = admin
-        self.name = name
-        self.password = secrets.token_urlsafe(16)
-        with admin.cursor() as cursor:
-            cursor.execute(f"DROP USER IF EXISTS '{name}'@'%'")
-            cursor.execute(f"CREATE USER '{name}'@'%%' IDENTIFIED BY %s", (self.password,))
-            for statement in grants.split(";\n"):
-                statement = "\n".join(line for line in statement.splitlines() if not line.startswith("--"))
-                if statement.strip():
-                    cursor.execute(statement)
-        base = connections["phorge"]
-        self.connection = type(base)(
-            {**base.settings_dict, "USER": name, "PASSWORD": self.password}, alias=f"phorge_as_{name}"
-        )
-
-    def drop(self) -> None:
-        self.connection.close()
-        with self.admin.cursor() as cursor:
-            cursor.execute(f"DROP USER IF EXISTS '{self.name}'@'%'")
-
-
 @pytest.fixture(scope="module")
 def herald_only_user(apps: AppDatabases) -> Iterator[MariaDBUser]:
     name = f"{NAMESPACE}_ro"
@@ -100,7 +76,13 @@ def granted_user(apps: AppDatabases) -> Iterator[MariaDBUser]:
 
 
 def fallback_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER and "stored transactions are sent" in r.message]
+    unchecked = (
+        "objects.app_elsewhere",
+        "objects.type_unchecked",
+        "objects.databases_elsewhere",
+        "objects.table_unreadable",
+    )
+    return [r.getMessage() for r in with_event(caplog.records, *unchecked)]
 
 
 # -- objects and transactions ------------------------------------------------------------------------
@@ -268,14 +250,14 @@ def test_environment_override_wins_both_ways(app_db: AppDatabases, override: boo
 
 
 def test_silent_is_cached_for_a_few_seconds(app_db: AppDatabases) -> None:
-    now = [1000.0]
+    clock = FixedClock(1000.0)
     app_db.config("phabricator.silent", "false")
-    silent = PhorgeSettings(dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), ttl=5, clock=lambda: now[0])
+    silent = PhorgeSettings(dataclasses.replace(settings.GORGE_WEBHOOK, silent=None), ttl=5, clock=clock)
     assert silent.silent() is False
     app_db.config("phabricator.silent", "true")
-    now[0] += 4.9
+    clock.advance(4.9)
     assert silent.silent() is False
-    now[0] += 0.2
+    clock.advance(0.2)
     assert silent.silent() is True
 
 
@@ -291,7 +273,7 @@ def test_silent_without_grant_is_unknown_and_logged_once(
         clock=iter(range(0, 1000, 2)).__next__,
     )
     assert [silent.silent(), silent.silent(), silent.silent()] == [None, None, None]
-    assert len([r for r in caplog.records if "values stored there are not seen" in r.getMessage()]) == 1
+    assert len(with_event(caplog.records, "settings.config_elsewhere", "settings.table_unreadable")) == 1
 
 
 def test_php_truthiness() -> None:
@@ -384,24 +366,19 @@ def test_guard_watch_logs_once_per_change_and_sets_gauge(
     blind.watch()
     blind.watch()
     assert gauge() == -1
-    messages = [r.getMessage() for r in caplog.records if r.name == GUARD_LOGGER]
-    assert messages[:3] == [
-        "Phorge's PHP worker is not delivering webhooks",
-        "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (see README handover)",
-        "Phorge's PHP worker is not delivering webhooks",
-    ]
-    assert len(messages) == 4 and messages[3].startswith("cannot tell whether Phorge's PHP worker delivers webhooks")
+    said = [r.event for r in caplog.records if r.name == GUARD_LOGGER]
+    assert said == ["php.idle", "php.seen_delivering", "php.idle", "php.unknown"]
     assert [r.levelname for r in caplog.records if r.name == GUARD_LOGGER][1] == "WARNING"
 
 
 def test_guard_caches_between_polls(app_db: AppDatabases) -> None:
-    now = [50.0]
-    guard = PhpWorkerGuard(NAMESPACE, ttl=5, clock=lambda: now[0])
+    clock = FixedClock(50.0)
+    guard = PhpWorkerGuard(NAMESPACE, ttl=5, clock=clock)
     assert guard.current().state == "idle"
     app_db.worker_task()
-    now[0] += 4
+    clock.advance(4)
     assert guard.current().state == "idle"
-    now[0] += 2
+    clock.advance(2)
     assert guard.current().state == "active"
 
 

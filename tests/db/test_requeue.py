@@ -1,52 +1,27 @@
-"""`manage.py requeue_webhooks`: failed requests back to the queue, exactly the ones selected, delivered once."""
+"""`manage.py requeue_webhooks`: failed requests back to the queue, exactly the ones selected, delivered once.
+
+Here: what runs on Django's test databases; the rest is in tests/process/test_requeue.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
-from tests.helpers import PHORGE_DB, Phorge, worker_env
-from tests.processes import ROOT, wait_for
-from tests.receiver import Receiver
+from tests.support.helpers import PHORGE_DB, Phorge, failed, requeue
+from tests.support.receiver import Receiver
 from webhook_delivery.phorge.config import REQUEST_RETENTION_SEC, request_retention
 from webhook_delivery.worker.loop import build_worker
 from webhook_delivery.worker.requeue import ErrorFilter, Requeue, RequeueError, parse_when
 from webhook_delivery.worker.store import Store
 
 pytestmark = PHORGE_DB
+
+
 NOW = 1_764_580_000  # 2025-12-01 09:06:40 UTC
-
-
-def requeue(*args: str) -> str:
-    out = io.StringIO()
-    call_command("requeue_webhooks", *args, stdout=out)
-    return out.getvalue()
-
-
-def failed(
-    phorge: Phorge, hook: str, *, error: str = '"errorType":"http","errorCode":503', ago: int = 60, **kw: Any
-) -> str:
-    """A request Phorge marked failed `ago` seconds ago, after an attempt (or, with result none, without)."""
-    at = phorge.now() - ago
-    result = kw.pop("result", "fail")
-    properties = kw.pop("properties", '{"retry":"never","transactionPHIDs":[],"triggerPHIDs":[],' + error + "}")
-    return phorge.request(
-        hook,
-        status="failed",
-        properties=properties,
-        lastRequestResult=result,
-        lastRequestEpoch=at if result == "fail" else 0,
-        dateModified=at,
-        **kw,
-    )
 
 
 def test_times_and_errors_are_read_strictly() -> None:
@@ -188,33 +163,3 @@ def test_a_row_that_changed_after_it_was_read_is_left_alone(phorge: Phorge) -> N
     applied = runner.apply(plan)
     assert len(applied.requeued) == 2 and applied.changed == 1
     assert [phorge.row(phid)["status"] for phid in phids] == ["queued", "failed", "queued"]
-
-
-@pytest.mark.slow
-def test_a_running_worker_delivers_requeued_requests_without_waiting_for_its_sweep(
-    phorge: Phorge, workers: Any, tmp_path: Path
-) -> None:
-    """The worker's window has read past the failed rows; the command's notice sends it back for them
-    (its own full sweep comes only every ten minutes)."""
-    shared = {"DATABASE_URL": f"sqlite:///{tmp_path / 'django.sqlite3'}"}  # Django's database, both processes
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=worker_env(**shared), check=True
-    )
-    with Receiver() as receiver:
-        hook = phorge.hook(receiver.url("/back/ok"))
-        phids = [failed(phorge, hook) for _ in range(3)]
-        worker = workers("requeue", "--poll-interval-ms", "100", **shared).start()
-        probe = phorge.request(hook)  # delivered: the worker is running and its window is past the failed rows
-        wait_for(lambda: phorge.row(probe)["status"] == "sent", 30, "the probe delivery")
-        done = subprocess.run(
-            [sys.executable, "manage.py", "requeue_webhooks", "--hook", hook],
-            cwd=ROOT,
-            env=worker_env(**shared),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        assert "Requeued 3 requests." in done.stdout and "could not be told" not in done.stdout
-        wait_for(lambda: all(phorge.row(p)["status"] == "sent" for p in phids), 60, "the requeued deliveries")
-        assert len(receiver.requests) == 4
-    assert any(line.get("message") == "failed requests put back in the queue" for line in worker.lines())

@@ -19,10 +19,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.test import Client
 
-from tests.helpers import PHORGE_DB, Phorge
-from tests.phorge_app_db import AppDatabases
-from tests.phorge_oauth_standin import PhorgeStandin, PhorgeUser
-from tests.rawserver import RawServer
+from tests.support.helpers import PHORGE_DB, Phorge
+from tests.support.phorge_app_db import AppDatabases
+from tests.support.phorge_oauth_standin import PhorgeStandin, PhorgeUser
+from tests.support.rawserver import RawServer
 from webhook_delivery.phorge_auth import events, phorge, views
 from webhook_delivery.phorge_auth.accounts import username_for
 from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig, address_problem
@@ -222,11 +222,11 @@ def test_phorges_address_is_https_unless_loopback_or_allowed(url: str, allow: bo
 
 
 def test_a_plain_http_oauth_url_is_refused_at_start() -> None:
-    from tests.test_phorge_signin import _settings_errors
+    from tests.support.phorge_oauth_standin import settings_errors
 
-    errors = _settings_errors(GORGE_PHORGE_OAUTH_URL="http://phorge.example.org")["errors"]
+    errors = settings_errors(GORGE_PHORGE_OAUTH_URL="http://phorge.example.org")["errors"]
     assert "GORGE_PHORGE_OAUTH_URL" in errors and "plain http" in errors["GORGE_PHORGE_OAUTH_URL"]
-    allowed = _settings_errors(GORGE_PHORGE_OAUTH_URL="http://phorge.example.org", GORGE_PHORGE_ALLOW_HTTP="true")
+    allowed = settings_errors(GORGE_PHORGE_OAUTH_URL="http://phorge.example.org", GORGE_PHORGE_ALLOW_HTTP="true")
     assert "GORGE_PHORGE_OAUTH_URL" not in allowed["errors"]
 
 

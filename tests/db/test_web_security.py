@@ -37,7 +37,7 @@ def test_staff_without_the_view_permission_see_no_page_and_no_json(
 ) -> None:
     import dataclasses
 
-    from tests.helpers import viewer
+    from tests.support.helpers import viewer
 
     settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, service_token="")
     pages = ["/", "/hooks/PHID-HWBH-aaaaaaaaaaaaaaaaaaaa/", "/requests/PHID-HWBR-aaaaaaaaaaaaaaaaaaaa/"]

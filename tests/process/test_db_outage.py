@@ -15,9 +15,11 @@ from pathlib import Path
 import MySQLdb
 import pytest
 
-from tests.mariadb_servers import PrivateServer
-from tests.processes import WorkerProcess, wait_for
-from tests.receiver import Receiver
+from tests.support.helpers import with_event
+from tests.support.mariadb_servers import PrivateServer
+from tests.support.processes import WorkerProcess
+from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 from webhook_delivery.phorge import seeding
 
 pytestmark = [pytest.mark.slow, pytest.mark.database_server]
@@ -84,6 +86,6 @@ def test_worker_survives_a_database_restart(private_mariadb: PrivateServer, tmp_
     check.execute("SELECT COUNT(*) FROM herald_webhookrequest WHERE status <> 'sent'")
     assert check.fetchone()[0] == 0
     connection.close()
-    messages = [line["message"] for line in worker.lines()]
-    assert messages.count("database unavailable: backing off and reconnecting; nothing is marked failed") == 1
-    assert "database reachable again" in messages
+    lines = worker.lines()
+    assert len(with_event(lines, "database.lost")) == 1
+    assert with_event(lines, "database.back")

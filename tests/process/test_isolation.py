@@ -1,87 +1,27 @@
 """A dead receiver holds back no healthy one; many deliveries in flight share a few connections; losing the
-session that holds the hook locks loses nothing and duplicates nothing. Real MariaDB, receivers, processes."""
+session that holds the hook locks loses nothing and duplicates nothing. Real MariaDB, receivers, processes.
+
+Here: what runs real processes or MariaDB servers of its own; the rest is in tests/db/test_isolation.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import requests
 from django.conf import settings
 
 from bench.common import tcp_ports
-from tests.helpers import PHORGE_DB, Phorge, mysql_admin
-from tests.processes import WorkerProcess, count_status, seed, wait_for
-from tests.receiver import Receiver
+from tests.support.helpers import PHORGE_DB, Phorge, mysql_admin, with_event
+from tests.support.processes import WorkerProcess, count_status, seed
+from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 from webhook_delivery.phorge.locks import webhook_lock_name
-from webhook_delivery.worker.dispatcher import Dispatcher
-from webhook_delivery.worker.job import Job
-from webhook_delivery.worker.loop import build_worker
 
 pytestmark = PHORGE_DB
-
-
-def dead_in_flight(receiver: Receiver) -> int:
-    with receiver.state.lock:
-        return sum(n for path, n in receiver.state.in_flight.items() if path.startswith("/dead"))
-
-
-def test_a_failing_hooks_job_stops_after_its_first_failed_attempt(phorge: Phorge, delivery_config: Any) -> None:
-    with Receiver() as receiver:
-        hook = phorge.hook(receiver.url("/down/s503"))
-        phids = [phorge.request(hook, retry="forever") for _ in range(5)]
-        worker = build_worker(delivery_config, dispatcher=Dispatcher(delivery_config))
-        try:
-            hooks = worker.reader.hooks()
-            result = worker.runner.run(Job(hook, hooks[hook], [phorge.snapshot(phid) for phid in phids]))
-        finally:
-            worker.parts.closing.close()
-        assert len(receiver.requests) == 1
-        assert result.answered is False and len(result.settlement.retried) == 1 and not result.settlement.done
-        untouched = [phorge.row(phid) for phid in phids[1:]]
-        assert all((row["lastRequestResult"], row["dateModified"]) == ("none", row["dateCreated"]) for row in untouched)
-
-
-@pytest.mark.slow
-def test_a_hook_that_answers_is_delivered_while_many_receivers_hang(phorge: Phorge, delivery_config: Any) -> None:
-    """Eight slots, twelve hooks whose receiver never answers: the answering hook's requests still go out
-    while every hung call is still hanging, and every hung hook gets its turn afterwards."""
-    with Receiver(hold_seconds=30) as receiver:
-        healthy = phorge.hook(receiver.url("/healthy/ok"))
-        first = phorge.request(healthy)
-        config = dataclasses.replace(delivery_config, delivery_timeout=5.0, claim_lease_sec=12, poll_interval_ms=20)
-        worker = build_worker(config, max_concurrent=8)
-        thread = threading.Thread(target=worker.run)
-        thread.start()
-        try:
-            wait_for(lambda: phorge.row(first)["status"] == "sent", 10, "the first healthy request")
-            dead = [phorge.hook(receiver.url(f"/dead{i}/timeout")) for i in range(12)]
-            for hook in dead:
-                phorge.request(hook, retry="forever")
-                phorge.request(hook, retry="forever")
-            wait_for(lambda: dead_in_flight(receiver) >= 6, 10, "hung calls")
-            hung = dead_in_flight(receiver)
-            later = [phorge.request(healthy) for _ in range(5)]
-            wait_for(lambda: all(phorge.row(p)["status"] == "sent" for p in later), 10, "the healthy requests")
-            assert dead_in_flight(receiver) >= hung  # none of the hung calls had timed out meanwhile
-            assert worker.scheduler.lanes.running.total() <= 8
-
-            def tried() -> set[str]:
-                return {r.path.rsplit("/", 1)[0] for r in receiver.requests if r.path.startswith("/dead")}
-
-            wait_for(lambda: len(tried()) == 12, 30, "a turn for every hung hook")
-        finally:
-            worker.stop()
-            thread.join(30)
-        assert not thread.is_alive()
-        assert receiver.state.max_in_flight["/healthy"] == 1
 
 
 @pytest.mark.slow
@@ -97,7 +37,7 @@ def test_one_call_in_flight_per_hook_across_two_processes_with_locks_on_one_sess
         first = workers("w0", "--poll-interval-ms", "20", LOG_LEVEL="DEBUG").start()
         wait_for(lambda: count_status(phorge, "sent") >= 40, 30, "the first process delivering")
         second = workers("w1", "--poll-interval-ms", "20", LOG_LEVEL="DEBUG").start()
-        wait_for(lambda: any(line.get("message") == "deliver_webhooks started" for line in second.lines()), 30, "w1")
+        wait_for(lambda: with_event(second.lines(), "worker.started"), 30, "w1")
         first.signal(signal.SIGTERM)
         wait_for(lambda: count_status(phorge, "sent") == 256, 90, "every request")
         second.signal(signal.SIGTERM)
@@ -105,8 +45,7 @@ def test_one_call_in_flight_per_hook_across_two_processes_with_locks_on_one_sess
         assert Counter(r.object_phid for r in receiver.requests) == Counter(objects)
         assert set(receiver.state.max_in_flight.values()) == {1}
     delivered_by = [
-        {line["hook"] for line in process.lines() if line.get("message") == "webhook delivered"}
-        for process in (first, second)
+        {line["hook"] for line in with_event(process.lines(), "delivery.sent")} for process in (first, second)
     ]
     assert delivered_by[0] == delivered_by[1] == set(hooks)  # every hook went from one process to the other
 
@@ -164,24 +103,5 @@ def test_killing_the_lock_session_loses_nothing_and_sends_nothing_twice(
         answered = Counter(r.object_phid for r in receiver.requests if r.answered_at)
     assert answered == Counter(objects)  # nothing lost, nothing twice
     assert set(receiver.state.max_in_flight.values()) == {1}
-    lost = [line for line in worker.lines() if line["message"].startswith("lost the database session holding")]
+    lost = with_event(worker.lines(), "lock_session.lost")
     assert len(lost) == 1
-
-
-@pytest.mark.slow
-def test_the_receiver_counts_overlapping_calls_and_only_those() -> None:
-    """The in-flight count the tests above rely on: two calls at once count 2, calls one after the other 1."""
-
-    def post(url: str) -> None:
-        requests.post(url, data=b"{}", timeout=10).raise_for_status()
-
-    with Receiver(slow_seconds=0.5) as receiver:
-        for _ in range(3):
-            post(receiver.url("/sequential/slow"))
-        together = [threading.Thread(target=post, args=(receiver.url("/together/slow"),)) for _ in range(2)]
-        for thread in together:
-            thread.start()
-        for thread in together:
-            thread.join(10)
-        assert receiver.state.max_in_flight["/sequential"] == 1
-        assert receiver.state.max_in_flight["/together"] == 2

@@ -1,41 +1,32 @@
 """JSON nobody expected, and a local file that stops being one (the second security review, items 1 and 11):
 one config_entry row, the hoststate map, local.json or a variable nested deeper than any decoder's stack
 count as null, as PHP's json_decode gives, and never crash a worker, `check` or a page; a local.json swapped
-for a FIFO or made unreadable under a running worker pauses delivery, says so, and never hangs it."""
+for a FIFO or made unreadable under a running worker pauses delivery, says so, and never hangs it.
+
+Here: what runs real processes or MariaDB servers of its own; the rest is in tests/unit/test_json_hardening.py."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import PHORGE_DB, Phorge, worker_env
-from tests.phorge_app_db import AppDatabases
-from tests.processes import ROOT, manage, wait_for
-from tests.receiver import Receiver
-from tests.urlwalk import every_page
-from webhook_delivery import jsonread
-from webhook_delivery.config import read_local_file
+from tests.support.helpers import PHORGE_DB, Phorge, worker_env
+from tests.support.phorge_app_db import AppDatabases
+from tests.support.processes import SiteDatabase, manage
+from tests.support.receiver import Receiver
+from tests.support.urlwalk import every_page
+from tests.support.waiting import wait_for
 
 DEEP = "[" * 100_000 + "]" * 100_000
-DEEP_OBJECT = '{"a":' * 5000 + "1" + "}" * 5000
+
+
 DEEP_ENV = "[" * 20_000 + "]" * 20_000  # an environment value has at most 128 KiB
-
-
-def test_the_reader_gives_null_for_what_json_decode_cannot_read() -> None:
-    assert jsonread.decode(DEEP) is None and jsonread.decode(DEEP_OBJECT) is None
-    assert jsonread.decode("[" * 512 + "]" * 512) is not None, "PHP reads 512 levels"
-    assert jsonread.decode("[" * 513 + "]" * 513) is None, "and no more"
-    assert jsonread.decode("NaN") is None and jsonread.decode(b"\xff") is None and jsonread.decode("{") is None
-    assert jsonread.decode('"x"' + " " * 10, max_bytes=8) is None
-    assert jsonread.decode('{"a": [1, {"b": null}]}') == {"a": [1, {"b": None}]}
 
 
 @PHORGE_DB
@@ -93,23 +84,9 @@ def assert_every_page_stands(client: Any) -> None:
 def test_a_deep_variable_is_one_clear_error_at_start(variable: str, says: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GORGE_WEBHOOK_")}
     env.update(DJANGO_SETTINGS_MODULE="gorge_site.settings", GORGE_WEBHOOK_SILENT="false", **{variable: DEEP_ENV})
-    done = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
+    done = manage("check", env=env, ok=False)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert variable in done.stderr and says in done.stderr
-
-
-def test_a_deep_or_non_regular_local_file_is_refused_with_the_reason(tmp_path: Path) -> None:
-    deep = tmp_path / "deep.json"
-    deep.write_text(DEEP)
-    assert read_local_file(str(deep)) == (None, "not valid JSON (or nested deeper than PHP reads)")
-    fifo = tmp_path / "fifo.json"
-    os.mkfifo(fifo)
-    started = time.monotonic()
-    assert read_local_file(str(fifo)) == (None, "not a regular file")
-    assert time.monotonic() - started < 1, "a FIFO never blocks the reader"
-    assert read_local_file(str(tmp_path)) == (None, "Is a directory")
 
 
 def test_check_refuses_a_fifo_at_start_without_hanging(tmp_path: Path) -> None:
@@ -117,9 +94,7 @@ def test_check_refuses_a_fifo_at_start_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GORGE_WEBHOOK_")}
     env.update(DJANGO_SETTINGS_MODULE="gorge_site.settings", GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG=str(fifo))
-    done = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
+    done = manage("check", env=env, ok=False, timeout=60)
     assert done.returncode != 0 and "gorge.E002" in done.stderr and "not a regular file" in done.stderr
 
 
@@ -181,18 +156,17 @@ def accept_and_hang(sock: Any) -> None:
 
 @pytest.mark.slow
 @PHORGE_DB
-def test_a_replica_that_accepts_and_never_answers_costs_the_pages_little(phorge: Phorge, tmp_path: Path) -> None:
+def test_a_replica_that_accepts_and_never_answers_costs_the_pages_little(phorge: Phorge, site: SiteDatabase) -> None:
     """Item 12 of the second security review: a hung replica made one page in every 5 s wait 5 s."""
-    from tests.rawserver import RawServer
+    from tests.support.rawserver import RawServer
 
     phorge.request(phorge.hook("http://127.0.0.1:9/x"))
     with RawServer(accept_and_hang) as replica:
         env = worker_env(
             GORGE_WEBHOOK_REPLICA_DATABASE_URL=f"mysql://root@127.0.0.1:{replica.port}/{phorge_database()}",
-            DATABASE_URL=f"sqlite:///{tmp_path / 'site.sqlite3'}",
+            DATABASE_URL=site.url,
             ALLOWED_HOSTS="localhost",
         )
-        manage("migrate", "--noinput", "-v0", env=env)
         started = time.monotonic()
         times = json.loads(manage("shell", "-c", CRAWL, env=env).stdout.strip().splitlines()[-1])
     assert all(status == 200 for status, _took in times), "every page read the master instead"
@@ -206,16 +180,3 @@ def phorge_database() -> str:
     from django.conf import settings
 
     return str(settings.DATABASES["phorge"]["NAME"])
-
-
-def test_json_log_lines_carry_no_raw_control_or_format_character() -> None:
-    import logging
-
-    from webhook_delivery.logformat import JsonFormatter
-
-    hostile = "a\x7f\x85\u2028\u202ez\x1b[2J"
-    record = logging.LogRecord("webhook_delivery.x", logging.INFO, __file__, 1, hostile, None, None)
-    record.hook = hostile
-    line = JsonFormatter().format(record)
-    assert line.isascii() and line.isprintable()
-    assert json.loads(line)["message"] == hostile and json.loads(line)["hook"] == hostile

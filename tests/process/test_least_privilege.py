@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import base64
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.conf import settings
 
-from tests.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
-from tests.receiver import Receiver
-from tests.test_golden import CASES, NEEDS_PHORGE_LOOKUPS, TIME_COLUMNS
+from tests.support.golden import CASES, NEEDS_PHORGE_LOOKUPS, TIME_COLUMNS
+from tests.support.helpers import PHORGE_DB, Phorge, mysql_admin, worker_env
+from tests.support.processes import manage
+from tests.support.receiver import Receiver
 
 pytestmark = PHORGE_DB
 SKIPPED_HERE = {"blocked_uri_default_blacklist"}  # needs the default blacklist; test_golden covers it
@@ -58,13 +57,7 @@ def test_golden_replay_with_only_select_and_update_grants(phorge: Phorge, restri
             GORGE_WEBHOOK_OUTBOUND_BLACKLIST="",
             LOG_FORMAT="json",
         )
-        result = subprocess.run(
-            [sys.executable, "manage.py", "deliver_webhooks", "--once"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = manage("deliver_webhooks", "--once", env=env, ok=False)
         assert result.returncode == 0, result.stderr[-2000:]
         assert "denied" not in result.stderr.lower()
         bodies = {r.body for r in receiver.requests}

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests import testdb
-from tests.helpers import PHORGE_DB, Phorge, random_phid, worker_env
-from tests.mariadb_servers import PrivateServer, mariadbd
-from tests.phorge_app_db import AppDatabases
-from tests.processes import manage
-from tests.receiver import Receiver
-from tests.test_golden import CASES, _check_received, _check_row
+from tests.support import testdb
+from tests.support.golden import CASES, check_received, check_row
+from tests.support.helpers import PHORGE_DB, Phorge, random_phid, worker_env
+from tests.support.mariadb_servers import PrivateServer, mariadbd
+from tests.support.phorge_app_db import AppDatabases
+from tests.support.processes import manage
+from tests.support.receiver import Receiver
 from webhook_delivery.phorge import seeding
 from webhook_delivery.phorge.locks import webhook_lock_name
 
@@ -36,7 +36,6 @@ pytestmark = [
 
 NAMESPACE = settings.GORGE_WEBHOOK.namespace
 LEASE = 7  # the attempt timeout (2 s) + 5 s
-ROOT = Path(__file__).resolve().parent.parent
 ON_B = ["maniphest", "user", "config", "repository"]
 
 
@@ -119,8 +118,8 @@ def _replay(case: dict[str, Any], phorge: Phorge, cluster: Cluster, **env: str) 
             before = len(receiver.requests)
             started = time.time()
             messages += once(cluster, **env)
-            _check_received(receiver.requests[before:], attempt, receiver)
-            _check_row(phorge.row(phid), attempt["request_after"], started, time.time())
+            check_received(receiver.requests[before:], attempt, receiver)
+            check_row(phorge.row(phid), attempt["request_after"], started, time.time())
         assert phorge.row(phid)["properties"] == case["request_after"]["properties"]
     return messages
 

@@ -10,20 +10,19 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
 
-from tests.helpers import PHORGE_DB, Phorge, as_request_row, mysql_admin
-from tests.processes import WorkerProcess, count_status, seed, wait_for
-from tests.receiver import Receiver
+from tests.support.helpers import PHORGE_DB, Phorge, as_request_row, mysql_admin, with_event
+from tests.support.processes import WorkerProcess, count_status, seed
+from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 from webhook_delivery.phorge.herald import is_due
 from webhook_delivery.phorge.locks import webhook_lock_name
 
 pytestmark = [PHORGE_DB, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -73,7 +72,7 @@ def test_four_processes_deliver_2000_requests_exactly_once(
         assert set(receiver.state.max_in_flight.values()) == {1}
         assert sum(c.get('gorge_webhook_claims_total{result="won"}', 0) for c in claims) == 2000
         lost = sum(c.get('gorge_webhook_claims_total{result="lost"}', 0) for c in claims)
-        reported = [line for p in running for line in p.lines() if line["message"] == "activity since the last report"]
+        reported = [line for p in running for line in with_event(p.lines(), "worker.activity")]
         # Visible without debug logs, aggregated. A stale candidate can still lose a claim after the scrape.
         assert sum(line["claims_lost"] for line in reported) >= lost
         assert sum(line["delivered"] for line in reported) == 2000
@@ -162,7 +161,7 @@ def test_sigterm_finishes_in_flight_work_and_exits_0(phorge: Phorge, workers: Ca
             assert row["status"] == "queued"
             snapshot = as_request_row(row)
             assert is_due(snapshot, now + 10, 10, 300)  # due again once any claim's lease is over
-    assert any("stopping" in line["message"] for line in worker.lines())
+    assert with_event(worker.lines(), "worker.stopping")
 
 
 def test_second_signal_exits_at_once(phorge: Phorge, workers: Callable[..., WorkerProcess]) -> None:

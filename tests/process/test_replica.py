@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 import requests
 
-from tests.mariadb_servers import PrivateServer, mariadbd
-from tests.processes import manage
+from tests.support import ROOT
+from tests.support.mariadb_servers import PrivateServer, mariadbd
+from tests.support.processes import manage
+from tests.support.waiting import wait_for
 from webhook_delivery.phorge import seeding
 
 pytestmark = [
@@ -30,7 +32,6 @@ pytestmark = [
     pytest.mark.skipif(mariadbd() is None, reason="needs mariadb-server's mariadbd for the two servers"),
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "gwreplica"
 HERALD = f"{NAMESPACE}_herald"
 TOKEN = "replica-t0ken"
@@ -41,16 +42,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        if found := condition():
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def query(connection: Any, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
@@ -112,7 +103,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     query(on_replica, f"GRANT SELECT ON `{HERALD}`.* TO '{READER[0]}'@'127.0.0.1'")
     query(on_replica, f"GRANT SLAVE MONITOR ON *.* TO '{READER[0]}'@'127.0.0.1'")
     pair = Pair(master, replica, on_master, on_replica)
-    wait_for(pair.caught_up, "the replica to catch up")
+    wait_for(pair.caught_up, 30, "the replica to catch up")
     yield pair
     on_master.close()
     on_replica.close()
@@ -134,7 +125,7 @@ def add_hook(connection: Any, name: str, *, row_id: int | None = None) -> str:
 
 
 def service_env(pair: Pair, tmp: Path, **more: str) -> dict[str, str]:
-    from tests.helpers import worker_env
+    from tests.support.helpers import worker_env
 
     return worker_env(
         GORGE_WEBHOOK_DATABASE_URL=pair.url(pair.master),
@@ -180,7 +171,7 @@ def web(pair: Pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     base = f"http://127.0.0.1:{port}"
     session = requests.Session()
     try:
-        wait_for(lambda: _answers(base), "the web process")
+        wait_for(lambda: _answers(base), 30, "the web process")
         page = session.get(f"{base}/admin/login/", timeout=10)
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
         assert csrf is not None, (page.status_code, page.url, page.text[:600])
@@ -216,11 +207,11 @@ def test_pages_read_the_replica_show_its_lag_and_fall_back_beyond_the_bound(
 ) -> None:
     base, staff = web
     both = add_hook(pair.on_master, "on-both")
-    wait_for(pair.caught_up, "the replica to catch up")
+    wait_for(pair.caught_up, 30, "the replica to catch up")
     # A row only the replica has (written past replication): seen only while the pages read the replica.
     query(pair.on_replica, "SET SESSION sql_log_bin = 0")
     only = add_hook(pair.on_replica, "only-on-replica", row_id=1_000_000)
-    seen = wait_for(lambda: (h := health(base)).get("replica", {}).get("in_use") and h, "the replica in use")
+    seen = wait_for(lambda: (h := health(base)).get("replica", {}).get("in_use") and h, 30, "the replica in use")
     assert seen["replica"]["lag_sec"] == 0 and seen["replica"]["max_lag_sec"] == 2
     assert {both, only} <= {hook["phid"] for hook in seen["hooks"]}
     dashboard = html.unescape(staff.get(f"{base}/", timeout=10).text)
@@ -233,8 +224,10 @@ def test_pages_read_the_replica_show_its_lag_and_fall_back_beyond_the_bound(
     query(pair.on_replica, "CHANGE MASTER TO MASTER_DELAY = 3600")
     query(pair.on_replica, "START SLAVE")
     add_hook(pair.on_master, "after-the-delay")
-    wait_for(lambda: (replica_status(pair.on_replica).get("Seconds_Behind_Master") or 0) > 2, "the replica to lag")
-    behind = wait_for(lambda: (h := health(base))["replica"]["in_use"] is False and h, "the fall-back to the master")
+    wait_for(lambda: (replica_status(pair.on_replica).get("Seconds_Behind_Master") or 0) > 2, 30, "the replica to lag")
+    behind = wait_for(
+        lambda: (h := health(base))["replica"]["in_use"] is False and h, 30, "the fall-back to the master"
+    )
     assert "behind, more than 2 s" in behind["replica"]["reason"] and behind["replica"]["lag_sec"] > 2
     assert only not in {hook["phid"] for hook in behind["hooks"]}
     assert "after-the-delay" in {hook.get("name") for hook in behind["hooks"]}
@@ -244,7 +237,7 @@ def test_pages_read_the_replica_show_its_lag_and_fall_back_beyond_the_bound(
     query(pair.on_replica, "STOP SLAVE")
     query(pair.on_replica, "CHANGE MASTER TO MASTER_DELAY = 0")
     query(pair.on_replica, "START SLAVE")
-    wait_for(pair.caught_up, "the replica to catch up again")
+    wait_for(pair.caught_up, 30, "the replica to catch up again")
 
 
 def test_nothing_but_reads_reaches_the_replica(pair: Pair, web: tuple[str, requests.Session], tmp_path: Path) -> None:
@@ -254,7 +247,7 @@ def test_nothing_but_reads_reaches_the_replica(pair: Pair, web: tuple[str, reque
     query(pair.on_replica, "SET GLOBAL general_log = 1")
     try:
         hook = add_hook(pair.on_master, "delivered-on-the-master")
-        wait_for(pair.caught_up, "the replica to catch up")
+        wait_for(pair.caught_up, 30, "the replica to catch up")
         env = service_env(pair, tmp_path, GORGE_WEBHOOK_DELIVERY_TIMEOUT="1", GORGE_WEBHOOK_OUTBOUND_BLACKLIST="")
         manage("migrate", "--verbosity", "0", env=env)
         manage("deliver_webhooks", "--once", env=env)
@@ -262,7 +255,7 @@ def test_nothing_but_reads_reaches_the_replica(pair: Pair, web: tuple[str, reque
         manage("watch_webhooks", "--once", env=env)
         manage("requeue_webhooks", "--hook", hook, "--yes", env=env)
         assert on_master(pair, hook)[1] == "queued"
-        wait_for(lambda: health(base)["replica"]["in_use"], "the pages to read the replica")
+        wait_for(lambda: health(base)["replica"]["in_use"], 30, "the pages to read the replica")
         staff.get(f"{base}/", timeout=10)
         staff.get(f"{base}/admin/webhook_delivery/heraldwebhookrequest/", timeout=10)
         requests.get(f"{base}/metrics", timeout=10)

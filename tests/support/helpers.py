@@ -1,19 +1,27 @@
 """Helpers of the suite: Phorge's herald tables seeded (through webhook_delivery.phorge.seeding) and read the way
-Phorge writes them, an admin connection to the test server (tests/testdb.py), and the environment of the
+Phorge writes them, an admin connection to the test server (tests/support/testdb.py), and the environment of the
 worker processes. Fixtures live in conftest.py."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import re
+import secrets
+import socket
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import MySQLdb
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connections
 
-from tests import testdb
+from tests.support import testdb
 from webhook_delivery.phorge import seeding
 from webhook_delivery.phorge.herald import RequestRow
 from webhook_delivery.phorge.seeding import PHID_ALPHABET as PHID_ALPHABET  # the suite's PHIDs are Phorge's
@@ -166,3 +174,99 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The documented production environment: DEBUG unset, a long random key, real host names, Phorge's
+    local.json given (as `bin/config set` leaves it)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("GORGE_", "DJANGO_", "DEBUG"))}
+    local = tmp_path / "local.json"
+    local.write_text('{\n    "mysql.host": "db",\n    "phabricator.base-uri": "https://phorge.example.org/"\n}\n')
+    env.update(
+        GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG=str(local),
+        DJANGO_SETTINGS_MODULE="gorge_site.settings",
+        GORGE_ENV_FILE="/dev/null",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="webhooks.example.org",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'site.sqlite3'}",
+    )
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def phorge_unreachable() -> Iterator[None]:
+    """Point the phorge alias at a closed local port for the duration (override_settings cannot)."""
+    connection = connections["phorge"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    saved = {key: connection.settings_dict[key] for key in ("HOST", "PORT")}
+    connection.close()
+    connection.settings_dict.update(HOST="127.0.0.1", PORT=str(closed_port))
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict.update(saved)
+
+
+def write_local(path: Path, values: dict[str, Any]) -> None:
+    """As `bin/config set` leaves conf/local/local.json: PhutilJSON's formatted object (4-space indent)."""
+    path.write_text(json.dumps(values, indent=4) + "\n" if values else "[]\n")
+
+
+def holds(*args: str) -> str:
+    out = io.StringIO()
+    call_command("hold_webhooks", *args, stdout=out)
+    return out.getvalue()
+
+
+def raw_rows(phorge: Phorge, hook: str) -> list[tuple[Any, ...]]:
+    """Every column of the hook's requests, as the driver returns them (bytes for Phorge's binary columns)."""
+    return list(phorge.execute("SELECT * FROM herald_webhookrequest WHERE webhookPHID = %s ORDER BY id", (hook,)))
+
+
+def requeue(*args: str) -> str:
+    out = io.StringIO()
+    call_command("requeue_webhooks", *args, stdout=out)
+    return out.getvalue()
+
+
+def failed(
+    phorge: Phorge, hook: str, *, error: str = '"errorType":"http","errorCode":503', ago: int = 60, **kw: Any
+) -> str:
+    """A request Phorge marked failed `ago` seconds ago, after an attempt (or, with result none, without)."""
+    at = phorge.now() - ago
+    result = kw.pop("result", "fail")
+    properties = kw.pop("properties", '{"retry":"never","transactionPHIDs":[],"triggerPHIDs":[],' + error + "}")
+    return phorge.request(
+        hook,
+        status="failed",
+        properties=properties,
+        lastRequestResult=result,
+        lastRequestEpoch=at if result == "fail" else 0,
+        dateModified=at,
+        **kw,
+    )
+
+
+XACTIONS = 165_000  # about 6.6 MB of properties per row, as in the review
+
+
+def big_properties(seed: int) -> str:
+    xactions = {str(i): f"PHID-XACT-TASK-{seed:05d}{i:010d}" for i in range(XACTIONS)}
+    return json.dumps(
+        {"retry": "never", "transactionPHIDs": xactions, "triggerPHIDs": [], "silent": False, "secure": False},
+        separators=(",", ":"),
+    )
+
+
+def with_event(entries: Iterable[Any], *events: str) -> list[Any]:
+    """The log entries that carry one of these event keys (`extra={"event": ...}`): caplog's records, or the
+    JSON lines of a worker process (WorkerProcess.lines())."""
+    return [
+        entry
+        for entry in entries
+        if (entry.get("event") if isinstance(entry, dict) else getattr(entry, "event", None)) in events
+    ]

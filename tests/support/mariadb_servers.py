@@ -6,15 +6,18 @@ private server of scripts/with-test-db.sh does.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import MySQLdb
+from django.db import connections
 
-from tests.testdb import Server
+from tests.support.testdb import Server
 
 
 def mariadbd() -> str | None:
@@ -122,3 +125,28 @@ class PrivateServer:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+class MariaDBUser:
+    """A throwaway account and a Django connection to the herald database as that account."""
+
+    def __init__(self, admin: Any, name: str, grants: str) -> None:
+        self.admin = admin
+        self.name = name
+        self.password = secrets.token_urlsafe(16)
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP USER IF EXISTS '{name}'@'%'")
+            cursor.execute(f"CREATE USER '{name}'@'%%' IDENTIFIED BY %s", (self.password,))
+            for statement in grants.split(";\n"):
+                statement = "\n".join(line for line in statement.splitlines() if not line.startswith("--"))
+                if statement.strip():
+                    cursor.execute(statement)
+        base = connections["phorge"]
+        self.connection = type(base)(
+            {**base.settings_dict, "USER": name, "PASSWORD": self.password}, alias=f"phorge_as_{name}"
+        )
+
+    def drop(self) -> None:
+        self.connection.close()
+        with self.admin.cursor() as cursor:
+            cursor.execute(f"DROP USER IF EXISTS '{self.name}'@'%'")

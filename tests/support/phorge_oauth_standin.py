@@ -45,6 +45,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
+from tests.support import ROOT
+
 CODE_TTL_SEC = 300
 # Phorge's words, from its source (pht() strings): the edit engine's create button, the client page's
 # action, the authorization dialogs' buttons, and the 404 dialog's title.
@@ -443,3 +445,31 @@ def _with_query(uri: str, params: dict[str, str]) -> str:
     query = {k: v[0] for k, v in parse_qs(parts.query).items()}
     query.update(params)
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
+
+
+def settings_errors(**env: str) -> dict[str, Any]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GORGE_")}
+    clean.update(SECRET_KEY="x" * 50, GORGE_ENV_FILE="/dev/null", DATABASE_URL="sqlite://:memory:", **env)
+    code = (
+        "import json, gorge_site.settings as s; "
+        "errors = {e.variable: e.message for e in s.GORGE_CONFIG_ERRORS if 'PHORGE_OAUTH' in e.variable}; "
+        "print(json.dumps({'errors': errors, 'oauth': repr(s.GORGE_PHORGE_OAUTH),"
+        " 'only': s.GORGE_PHORGE_OAUTH.only, 'users': s.GORGE_PHORGE_OAUTH.break_glass_users,"
+        " 'recheck': s.GORGE_PHORGE_OAUTH.recheck_sec, 'site': s.GORGE_PHORGE_OAUTH.site_url}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from django.db import connections
 
-from tests.helpers import Phorge, worker_env
+from tests.support import ROOT
+from tests.support.helpers import Phorge, mysql_admin, worker_env
 from webhook_delivery.phorge import seeding
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class WorkerProcess:
@@ -61,11 +59,19 @@ class WorkerProcess:
             self.proc.wait(10)
 
 
-def manage(*args: str, env: dict[str, str], ok: bool = True) -> subprocess.CompletedProcess[str]:
+def manage(
+    *args: str,
+    env: dict[str, str],
+    ok: bool = True,
+    cwd: Path = ROOT,
+    timeout: float = 120,
+    run_by: Sequence[str] = (),
+) -> subprocess.CompletedProcess[str]:
     """One `manage.py` command in its own process (env: `worker_env(...)`, the production settings), its
-    output as text; with `ok` it must exit 0, and the tail of its output says why when it does not."""
+    output as text; with `ok` it must exit 0, and the tail of its output says why when it does not. `cwd` is
+    the checkout it runs in; `run_by` a command that runs it (`python -c MEASURE` that reads its peak memory)."""
     done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [*run_by, sys.executable, "manage.py", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
     if ok:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -85,12 +91,28 @@ def seed(phorge: Phorge, hooks: list[str], count: int, *, retry: str = "forever"
     return [row["objectPHID"] for row in rows]
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def count_status(phorge: Phorge, status: str) -> int:
     return int(phorge.execute("SELECT COUNT(*) FROM herald_webhookrequest WHERE status = %s", (status,))[0][0])
+
+
+class SiteDatabase:
+    """Django's own tables in a throwaway MariaDB database that real processes share with the test, as a
+    deployment shares them (workers, watchers, commands): the `site` fixture, migrated once per session."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.name = url.rsplit("/", 1)[1]
+        self.env = {"DATABASE_URL": url}
+
+    def command(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        """`manage.py ARGS` on this database (the production settings, Phorge's test database)."""
+        return manage(*args, env=worker_env(**self.env), ok=ok)
+
+    def sql(self, statement: str) -> list[tuple[Any, ...]]:
+        admin = mysql_admin(self.name)
+        try:
+            cursor = admin.cursor()
+            cursor.execute(statement)
+            return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            admin.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -82,3 +83,11 @@ def read_request(sock: socket.socket) -> bytes:
     """Reads one request (its bytes; empty when the client closed first), to answer it."""
     message = read_message(sock)
     return b"" if message is None else message[0] + b"\r\n\r\n" + message[1]
+
+
+def trickling_http(sock: socket.socket) -> None:
+    """Reads the request, then answers one byte every 0.3 s for ever."""
+    read_message(sock)
+    for byte in b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" * 1000:
+        sock.sendall(bytes([byte]))
+        time.sleep(0.3)

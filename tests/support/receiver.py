@@ -3,7 +3,7 @@
 Answers by the last path segment, as the golden captures' receiver did: `ok` 200, `sNNN` that status,
 `timeout` holds the connection longer than any test timeout, `r307`/`r302` redirect to the same path
 ending in `redirected`, `slow` answers 200 after `slow_seconds`. It also tracks concurrent calls per hook
-path (the path without its last segment) and can run in its own process (`python -m tests.receiver`).
+path (the path without its last segment) and can run in its own process (`python -m tests.support.receiver`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.rawserver import read_message
+from tests.support.rawserver import read_message
 
 
 @dataclass
@@ -203,3 +203,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def calls(receiver: Receiver, prefix: str) -> Counter[str]:
+    """Object PHIDs the receiver was sent under this path prefix, with how often each came."""
+    return Counter(r.object_phid for r in list(receiver.requests) if r.path.startswith(prefix))

@@ -8,7 +8,7 @@ from the suite's own GORGE_TEST_DATABASE_URL, and the database name is generated
 
 import os
 
-from tests import testdb
+from tests.support import testdb
 
 TEST_SERVER = testdb.server().url().rstrip("/")
 TEST_DATABASE = f"gwtest{os.getpid()}_herald"

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import connections
 
-from tests.helpers import Phorge
+from tests.support.helpers import Phorge
 from webhook_delivery.phorge import seeding
 from webhook_delivery.phorge.seeding import properties as properties  # the pages' tests build theirs with it
 from webhook_delivery.records.models import DeliveryAttempt

@@ -86,7 +86,7 @@ def every_page(*, refuse_unknown: bool = True) -> list[str]:
         else:
             unknown.append(f"{name}({', '.join(arguments)})")
     if refuse_unknown:
-        assert not unknown, f"routes the page walker cannot fill (teach tests/urlwalk.py): {unknown}"
+        assert not unknown, f"routes the page walker cannot fill (teach tests/support/urlwalk.py): {unknown}"
     return pages
 
 

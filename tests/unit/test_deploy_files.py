@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import ROOT
 from webhook_delivery.config import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
 UNITS = sorted((ROOT / "docs" / "systemd").glob("*.service"))
 HARDENING = {
     "NoNewPrivileges": "yes",

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "webhook_delivery"
+from tests.support import ROOT
+
+PACKAGE = ROOT / "webhook_delivery"
 WORKER = "webhook_delivery.worker"
 WEB = "webhook_delivery.web"
 ALERTS = "webhook_delivery.alerts"

@@ -8,7 +8,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.phorge_app_db import app_schema
+from tests.support.phorge_app_db import app_schema
 from webhook_delivery.phorge import names
 from webhook_delivery.phorge.names import ById, CommitRef, ObjectName, Repository, RepositoryRef, UserRef
 from webhook_delivery.phorge.object_names import READERS

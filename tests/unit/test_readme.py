@@ -1,45 +1,20 @@
 """The README stays true: its two set-up commands are what CI runs, every setting is documented, every
-command and file it names exists, and its grant recipe gives exactly the documented privileges."""
+command and file it names exists, and its grant recipe gives exactly the documented privileges.
+
+Here: what needs no database and no server process; the rest is in tests/db/test_readme.py."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
-import secrets
 import shlex
 import subprocess
 from pathlib import Path
 
-import MySQLdb
-import pytest
-from django.conf import settings
 from django.core.management import get_commands
 
-from tests.helpers import PHORGE_DB, Phorge, mysql_admin
-
-ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
-ENV_READERS = re.compile(
-    r"""(?:environ\.get|env\.list|_flag|r\.raw|r\.integer|r\.seconds|r\.env\.get)\(\s*["']([A-Z][A-Z0-9_]+)["']"""
-)
-
-
-def code_blocks(text: str) -> list[list[str]]:
-    """The command lines of each fenced sh block (comments and blank lines dropped)."""
-    blocks = []
-    for block in re.findall(r"```sh\n(.*?)```", text, re.DOTALL):
-        lines = [line.split("  #", 1)[0].strip() for line in block.splitlines()]
-        blocks.append([line for line in lines if line and not line.startswith("#")])
-    return blocks
-
-
-def readme_setup_commands() -> tuple[str, str]:
-    """The demo and test commands of the README's "Quick start": its first code block, exactly two lines."""
-    quick_start = README.split("## Quick start", 1)[1]
-    first = code_blocks(quick_start)[0]
-    assert len(first) == 2, f"the quick start must be exactly two commands, got {first}"
-    demo, test = first
-    return demo, test
+from tests.support import ROOT
+from tests.support.docs import README, code_blocks, environment_variables, readme_setup_commands
 
 
 def make_targets_named(text: str) -> set[str]:
@@ -91,15 +66,8 @@ def run_ci(tmp_path: Path, failing: str = "") -> tuple[int, list[str]]:
     return done.returncode, calls.read_text().splitlines() if calls.exists() else []
 
 
-def environment_variables() -> set[str]:
-    names: set[str] = set()
-    for source in ("gorge_site/settings.py", "webhook_delivery/config.py", "webhook_delivery/alerts/config.py"):
-        names.update(ENV_READERS.findall((ROOT / source).read_text()))
-    return names
-
-
 def test_the_two_setup_commands_are_make_targets() -> None:
-    """The demo command runs for real in tests/test_demo.py, the test command in CI (below)."""
+    """The demo command runs for real in tests/process/test_demo.py, the test command in CI (below)."""
     for command in readme_setup_commands():
         words = shlex.split(command)
         assert words[0] == "make" and len(words) == 2 and make_target_exists(words[1]), command
@@ -153,56 +121,3 @@ def test_every_file_the_readme_names_exists() -> None:
     assert {"docs/compose.example.yml", "docs/systemd", "scripts/grants.sql", ".env.example", "Dockerfile"} <= paths
     missing = sorted(path for path in paths if not (ROOT / path).exists())
     assert not missing, f"the README names files that do not exist: {missing}"
-
-
-@PHORGE_DB
-def test_grants_script_gives_exactly_the_documented_privileges(phorge: Phorge) -> None:
-    database = settings.DATABASES["phorge"]["NAME"]
-    namespace = database.removesuffix("_herald")
-    user, password = f"gw_grants_{secrets.token_hex(4)}", secrets.token_urlsafe(16)
-    script = (ROOT / "scripts/grants.sql").read_text()
-    for placeholder, value in (("@NAMESPACE@", namespace), ("@USER@", user), ("@HOST@", "%"), ("@PASSWORD@", password)):
-        script = script.replace(placeholder, value)
-    assert "@" not in script.replace(f"'{user}'@'%'", ""), "a placeholder was left over"
-    statements = [s.strip() for s in re.sub(r"^--.*$", "", script, flags=re.MULTILINE).split(";") if s.strip()]
-    admin = mysql_admin()
-    cursor = admin.cursor()
-    try:
-        for statement in statements:
-            cursor.execute(statement)
-        cursor.execute(f"SHOW GRANTS FOR '{user}'@'%'")
-        grants = sorted(row[0] for row in cursor.fetchall())
-        usage = [grant for grant in grants if grant.startswith(f"GRANT USAGE ON *.* TO `{user}`@`%`")]
-        assert len(usage) == 1, grants
-        assert [grant for grant in grants if grant not in usage] == [
-            f"GRANT SELECT ON `{database}`.`herald_webhook` TO `{user}`@`%`",
-            f"GRANT SELECT, UPDATE ON `{database}`.`herald_webhookrequest` TO `{user}`@`%`",
-        ]
-        hook = phorge.hook("https://example.invalid/hook")
-        request = phorge.request(hook)
-        db = settings.DATABASES["phorge"]
-        restricted = MySQLdb.connect(
-            host=db["HOST"], port=int(db["PORT"]), user=user, password=password, database=database, autocommit=True
-        )
-        try:
-            as_user = restricted.cursor()
-            as_user.execute("SELECT COUNT(*) FROM herald_webhook")
-            assert as_user.fetchone() == (1,)
-            as_user.execute(
-                "UPDATE herald_webhookrequest SET dateModified = dateModified + 1 WHERE phid = %s", (request,)
-            )
-            assert as_user.rowcount == 1
-            for forbidden in (
-                "DELETE FROM herald_webhookrequest",
-                "UPDATE herald_webhook SET name = 'x'",
-                "CREATE TABLE gw_nope (id int)",
-                f"INSERT INTO herald_webhookrequest SELECT * FROM herald_webhookrequest WHERE phid = '{request}'",
-            ):
-                with pytest.raises(MySQLdb.OperationalError) as denied:
-                    as_user.execute(forbidden)
-                assert denied.value.args[0] in {1142, 1044}, forbidden  # command denied / access denied
-        finally:
-            restricted.close()
-    finally:
-        cursor.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-        admin.close()

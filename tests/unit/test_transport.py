@@ -1,8 +1,9 @@
-"""SSRF protection end to end, and every transport failure recorded the way PHP's libcurl records it."""
+"""SSRF protection end to end, and every transport failure recorded the way PHP's libcurl records it.
+
+Here: what needs no database and no server process; the rest is in tests/db/test_transport.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import socket
 import ssl
@@ -15,14 +16,11 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import PHORGE_DB, Phorge
-from tests.rawserver import RawServer, read_request
-from tests.receiver import Receiver
-from webhook_delivery.config import default_blacklist, parse_blacklist
+from tests.support.rawserver import RawServer, read_request
+from tests.support.receiver import Receiver
+from webhook_delivery.config import default_blacklist
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
 from webhook_delivery.worker import transport
-from webhook_delivery.worker.dispatcher import Dispatcher
-from webhook_delivery.worker.loop import build_worker
 
 
 def attempt(uri: str, *, timeout: float = 2.0, blacklist: Any = (), resolver: Any = system_resolver) -> Any:
@@ -35,48 +33,6 @@ def attempt(uri: str, *, timeout: float = 2.0, blacklist: Any = (), resolver: An
 
 def outcome(code: Any, kind: str = "http") -> transport.HttpOutcome:
     return transport.HttpOutcome(kind, code)
-
-
-# -- SSRF, end to end through the worker -------------------------------------------------------------
-
-
-@PHORGE_DB
-def test_default_blacklist_refuses_loopback_without_any_request(phorge: Phorge, delivery_config: Any) -> None:
-    with Receiver() as receiver:
-        phid = phorge.request(phorge.hook(receiver.url("/x/ok")), retry="forever")
-        build_worker(dataclasses.replace(delivery_config, outbound_blacklist=default_blacklist()), once=True).run()
-        row = phorge.row(phid)
-        assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
-        assert row["properties"].endswith('"errorType":"hook","errorCode":"uri"}')
-        assert receiver.requests == []
-
-
-@PHORGE_DB
-def test_ipv6_loopback_is_refused(phorge: Phorge, delivery_config: Any) -> None:
-    with Receiver(host="::1") as receiver:
-        phid = phorge.request(phorge.hook(receiver.url("/v6/ok")))
-        build_worker(dataclasses.replace(delivery_config, outbound_blacklist=default_blacklist()), once=True).run()
-        assert phorge.row(phid)["properties"].endswith('"errorCode":"uri"}')
-        assert receiver.requests == []
-    with Receiver(host="::1") as receiver:  # and reachable when the operator allows it
-        phid = phorge.request(phorge.hook(receiver.url("/v6/ok")))
-        build_worker(dataclasses.replace(delivery_config, outbound_blacklist=()), once=True).run()
-        assert phorge.row(phid)["status"] == "sent"
-        assert receiver.requests[0].header("Host") == f"[::1]:{receiver.port}"
-
-
-@PHORGE_DB
-def test_redirect_into_the_blacklist_is_not_followed(phorge: Phorge, delivery_config: Any) -> None:
-    with Receiver(host="127.0.0.2") as inside, Receiver() as outside:
-        outside.state.redirect_to = inside.url("/internal/ok")
-        phid = phorge.request(phorge.hook(outside.url("/public/away")))
-        config = dataclasses.replace(delivery_config, outbound_blacklist=parse_blacklist("127.0.0.2/32"))
-        build_worker(config, once=True).run()
-        assert [r.path for r in outside.requests] == ["/public/away"]
-        assert inside.requests == []
-        row = phorge.row(phid)
-        assert (row["status"], row["lastRequestResult"]) == ("failed", "none")
-        assert row["properties"].endswith('"errorType":"hook","errorCode":"uri"}')
 
 
 @pytest.mark.parametrize(
@@ -108,19 +64,6 @@ def test_every_resolved_address_is_checked() -> None:
         attempt("http://dual.example/x", blacklist=default_blacklist(), resolver=make_resolver(two_addresses))
 
 
-@PHORGE_DB
-def test_temporary_dns_failure_is_retryable_http_6(phorge: Phorge, delivery_config: Any) -> None:
-    def servfail(*args: Any) -> Any:
-        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-
-    phid = phorge.request(phorge.hook("http://flaky-dns.example/x"), retry="forever")
-    dispatcher = Dispatcher(delivery_config, resolver=make_resolver(servfail))
-    build_worker(delivery_config, once=True, dispatcher=dispatcher).run()
-    row = phorge.row(phid)
-    assert (row["status"], row["lastRequestResult"]) == ("queued", "fail")
-    assert row["properties"].endswith('"errorType":"http","errorCode":6}')
-
-
 def test_connection_goes_to_the_checked_address() -> None:
     """No second lookup: whatever the name resolves to later, we connect where we checked."""
     answers = iter(["127.0.0.1", "127.0.0.9"])
@@ -132,9 +75,6 @@ def test_connection_goes_to_the_checked_address() -> None:
         result = attempt(f"http://rebind.example:{receiver.port}/a/ok", resolver=make_resolver(rebinding))
         assert result == outcome(200)
         assert receiver.requests[0].header("Host") == f"rebind.example:{receiver.port}"
-
-
-# -- transport outcomes --------------------------------------------------------------------------------
 
 
 def _respond(head: bytes, *, then: Any = None) -> Any:

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tests.memory_source import MemorySource
+from tests.support.clock import FixedClock
+from tests.support.memory_source import MemorySource
 from webhook_delivery.worker.window import GAP_SETTLE_SEC, QueueWindow, Settlement
 
 LEASE, BACKOFF = 60, 300
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.value = 0.0
-
-    def __call__(self) -> float:
-        return self.value
-
-
-def window(source: MemorySource, **options: int) -> tuple[QueueWindow, Clock]:
-    monotonic = Clock()
+def window(source: MemorySource, **options: int) -> tuple[QueueWindow, FixedClock]:
+    monotonic = FixedClock()
     made = QueueWindow(
         source,
         lease=LEASE,
@@ -129,7 +122,7 @@ def test_a_jump_in_ids_costs_one_range_and_a_late_commit_inside_it_is_found() ->
     assert len(win.gaps) <= 2 and win.frontier == 50_000_000
     late = source.add(hook, id=20_000_000)  # an insert that commits after a higher id was seen
     assert late in drain(source, win)
-    clock.value += GAP_SETTLE_SEC + 1
+    clock.advance(GAP_SETTLE_SEC + 1)
     win.poll()
     assert win.gaps == []
 

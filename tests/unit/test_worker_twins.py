@@ -1,6 +1,6 @@
 """The job, the scheduler and the loop without a database server: the worker's parts in memory
-(webhook_delivery/worker/twins.py, whose store keeps store.Store's contract: tests/test_store_contract.py),
-its deliveries real HTTP calls to the suite's receiver. Part of `make unit`."""
+(webhook_delivery/worker/twins.py, whose store keeps store.Store's contract: tests/support/store_contract.py,
+run on both stores), its deliveries real HTTP calls to the suite's receiver. Part of `make unit`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.receiver import Receiver
+from tests.support.receiver import Receiver
 from webhook_delivery.config import DeliveryConfig
 from webhook_delivery.phorge.locks import webhook_lock_name
 from webhook_delivery.worker.job import Job
@@ -86,7 +86,9 @@ def test_a_row_changed_since_it_was_read_is_not_sent_twice(receiver: Receiver) -
     store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
     row_id = store.add_request(HOOK, created=NOW - 10)
     stale = store.rows[row_id]
-    store.rows[row_id] = dataclasses.replace(stale, status="sent", last_result="okay", last_epoch=NOW, date_modified=NOW)
+    store.rows[row_id] = dataclasses.replace(
+        stale, status="sent", last_result="okay", last_epoch=NOW, date_modified=NOW
+    )
     worker(store).runner.run(Job(HOOK, store.hooks()[HOOK], [stale]))
     assert not receiver.requests and store.writes == 0
 
