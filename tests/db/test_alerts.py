@@ -72,7 +72,7 @@ def test_fifty_failing_hooks_make_one_digest_per_channel_and_one_recovery_digest
         "UPDATE herald_webhookrequest SET status = 'sent', lastRequestResult = 'okay', lastRequestEpoch = %s",
         (now + 1,),
     )
-    time.sleep(1.1)  # a newer observation than the last one applied (Phorge's clock has 1 s steps)
+    phorge.next_second()  # a newer observation than the last one applied (Phorge's clock has 1 s steps)
     result = watcher.tick()
     assert len(result.recovered) == 50
     recovered = chat.texts[chat_parts:]
@@ -118,7 +118,7 @@ def test_phorge_collector_deleting_queued_rows_is_counted_and_notified(
     # Phorge's collector, verbatim: regardless of status.
     phorge.execute(f"DELETE FROM herald_webhookrequest WHERE dateCreated < {now} - {RETENTION} LIMIT 100")
     assert {row["phid"] for row in phorge.rows()} == {kept}
-    time.sleep(1.1)
+    phorge.next_second()
     assert first.tick().lost + second.tick().lost == 4, "each loss counted once, whichever watcher saw it"
     assert first.tick().lost == 0 and second.tick().lost == 0
     assert metrics.REQUESTS_LOST._value.get() - before == 4

@@ -12,6 +12,7 @@ import pytest
 from django.conf import settings
 
 from tests.support.helpers import PHORGE_DB, with_event
+from tests.support.waiting import wait_for
 
 UNICODE_DIGIT_KEYS = {
     "superscript two": '{"retry":"forever","transactionPHIDs":{"\\u00b2":"PHID-XACT-TASK-aaaaaaaaaaaaaaa"}}',
@@ -244,7 +245,11 @@ def test_a_record_that_fails_with_a_non_database_error_costs_only_itself_and_the
     now = time.time()
     for item in [record("PHID-HWBR-a", now), record("PHID-HWBR-nan", float("nan")), record("PHID-HWBR-b", now)]:
         log.record(item)  # the NaN time raises ValueError (not a DatabaseError) while the batch is built
-    time.sleep(FLUSH_SEC * 2.5)
+    wait_for(
+        lambda: set(DeliveryAttempt.objects.values_list("request_phid", flat=True)) == {"PHID-HWBR-a", "PHID-HWBR-b"},
+        FLUSH_SEC * 10,
+        "the batch written",
+    )
     assert log._thread.is_alive()
     log.record(record("PHID-HWBR-later", time.time()))
     log.close()

@@ -73,9 +73,7 @@ def test_receiver_failing_breaker_opens_one_message_then_one_recovery(
     watcher = watchers("watcher", **channel_env(site, smtp, chat, GORGE_ALERT_FAILING_MINUTES="60", **delivery)).start()
 
     wait_for(lambda: count_in([r.path for r in receiver.requests], "/breaks/") >= 3, 20, "three failed attempts")
-    opened = time.monotonic()
     wait_for(lambda: count_in(smtp.bodies, "ALERT", hook) and count_in(chat.texts, "ALERT", hook), 20, "the alert")
-    assert time.monotonic() - opened < 60
     for body in smtp.bodies + chat.texts:
         assert "breaker backoff" in body and "http/500" in body and "`breaks`" in body
     time.sleep(3)  # ten more passes while it keeps failing

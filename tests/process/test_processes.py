@@ -170,7 +170,7 @@ def test_second_signal_exits_at_once(phorge: Phorge, workers: Callable[..., Work
         worker = workers("impatient", GORGE_WEBHOOK_DELIVERY_TIMEOUT="8").start()
         wait_for(lambda: receiver.state.in_flight.total() >= 1, 20, "a delivery in flight")
         worker.signal(signal.SIGTERM)
-        time.sleep(0.3)
+        wait_for(lambda: with_event(worker.lines(), "worker.stopping"), 10, "the first signal taken")
         worker.signal(signal.SIGINT)
         started = time.monotonic()
         assert worker.wait(10) != 0

@@ -22,6 +22,7 @@ from django.core.management import call_command
 from django.db import connections
 
 from tests.support import testdb
+from tests.support.waiting import wait_for
 from webhook_delivery.phorge import seeding
 from webhook_delivery.phorge.herald import RequestRow
 from webhook_delivery.phorge.seeding import PHID_ALPHABET as PHID_ALPHABET  # the suite's PHIDs are Phorge's
@@ -63,6 +64,12 @@ class Phorge:
 
     def now(self) -> int:
         return int(self.execute("SELECT UNIX_TIMESTAMP()")[0][0])
+
+    def next_second(self) -> int:
+        """Waits until Phorge's database clock (whole seconds) has moved past the second it reads now, and
+        returns the new second: what a newer observation than the last one needs."""
+        start = self.now()
+        return wait_for(lambda: (now := self.now()) > start and now, 5, "Phorge's clock to move on", every=0.05)
 
     def clear(self) -> None:
         self.execute("DELETE FROM herald_webhookrequest")

@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import time
 from typing import Any
 
 import pytest
 
 from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 from webhook_delivery.config import DeliveryConfig
 from webhook_delivery.phorge.locks import webhook_lock_name
 from webhook_delivery.worker.job import Job
@@ -191,8 +191,7 @@ def test_stop_lets_the_calls_in_flight_finish_and_records_a_clean_stop() -> None
         w = Worker(settings, memory_parts(settings, store), poll_interval_ms=10)
         runner = threading.Thread(target=w.run, kwargs={"handle_signals": False})
         runner.start()
-        while not receiver.requests:
-            time.sleep(0.01)
+        wait_for(lambda: receiver.requests, 10, "a call in flight", every=0.01)
         w.stop()
         runner.join(10)
         assert not runner.is_alive()
