@@ -15,7 +15,7 @@ from typing import Any
 
 import MySQLdb
 
-from tests import testdb
+from tests.support import testdb
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

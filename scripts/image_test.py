@@ -2,7 +2,7 @@
 
 With podman (no Docker engine here). When the official base image is not available (no registry), a
 stand-in is made with debootstrap from Debian's packages and tagged with the exact name the FROM lines
-use. Then, against the tests' MariaDB (tests/testdb.py) with Phorge's DDL and a receiver on the host:
+use. Then, against the tests' MariaDB (tests/support/testdb.py) with Phorge's DDL and a receiver on the host:
 
 * the image builds, runs as 10001:10001, holds no compiler and no tests;
 * the web process (the default command, read-only root, a tmpfs on /tmp) answers /healthz and /readyz,
@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests import testdb
+from tests.support import testdb
 from webhook_delivery.demo.receiver import DemoReceiver
 from webhook_delivery.phorge import seeding
 

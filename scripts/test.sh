@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test: dependencies, the lint gate, then the whole pytest suite against a real MariaDB/MySQL
 # (scripts/with-test-db.sh finds or starts one); it ends with its wall time, lint included. PYTEST_ARGS adds
-# pytest arguments, e.g. "-k golden -x".
+# pytest arguments, e.g. "-k golden -x". Every folder of tests/, in file order (make check and make unit shuffle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TEST_LANE=test TEST_LANE_STARTED=$(date +%s.%N)

@@ -14,7 +14,7 @@ from pathlib import Path
 import MySQLdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.testdb import server  # the one reader of GORGE_TEST_DATABASE_URL
+from tests.support.testdb import server  # the one reader of GORGE_TEST_DATABASE_URL
 
 
 def ping() -> int:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run a command with a reachable MariaDB/MySQL for the tests, e.g. scripts/with-test-db.sh .venv/bin/python -m pytest
-# (or the bench: both read the server from GORGE_TEST_DATABASE_URL, through tests/testdb.py)
+# (or the bench: both read the server from GORGE_TEST_DATABASE_URL, through tests/support/testdb.py)
 #   GORGE_TEST_DATABASE_URL     server for the throwaway test databases (default mysql://root@127.0.0.1:3306);
 #                               the suite ignores every GORGE_WEBHOOK_* variable and names its own databases
 #   GORGE_TEST_DB=auto          use that server; if nothing answers and mariadbd is installed, start a private one

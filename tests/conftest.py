@@ -1,13 +1,11 @@
 """Fixtures: a real MariaDB database with Phorge's DDL, a real receiver, real worker processes. The
-helpers they use are in tests/helpers.py."""
+helpers they use are in tests/support/."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +14,10 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from tests.helpers import CHROMIUM, CHROMIUM_ARGS, Phorge, mysql_admin, throwaway_name, viewer, worker_env
-from tests.phorge_app_db import AppDatabases
-from tests.receiver import Receiver
+from tests.support.helpers import CHROMIUM, CHROMIUM_ARGS, Phorge, mysql_admin, throwaway_name, viewer
+from tests.support.phorge_app_db import AppDatabases
+from tests.support.processes import SiteDatabase
+from tests.support.receiver import Receiver
 from webhook_delivery.phorge.seeding import create_herald_tables
 from webhook_delivery.reads import phorge_status
 
@@ -99,7 +98,7 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture
 def smtp() -> Iterator[Any]:
     """A real SMTP server on 127.0.0.1 (tests/alert_channels.Smtp), stopped at the end."""
-    from tests.alert_channels import Smtp
+    from tests.support.alert_channels import Smtp
 
     server = Smtp().start()
     yield server
@@ -109,7 +108,7 @@ def smtp() -> Iterator[Any]:
 @pytest.fixture
 def chat(receiver: Receiver) -> Iterator[Any]:
     """A chat webhook on the real receiver (tests/alert_channels.Chat), answered again at the end."""
-    from tests.alert_channels import Chat
+    from tests.support.alert_channels import Chat
 
     channel = Chat(receiver)
     yield channel
@@ -124,8 +123,8 @@ def delivery_config() -> Any:
 
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """Starts real `manage.py deliver_webhooks` processes (tests.processes.WorkerProcess), killed at the end."""
-    from tests.processes import WorkerProcess
+    """Starts real `manage.py deliver_webhooks` processes (tests.support.processes.WorkerProcess), killed at the end."""
+    from tests.support.processes import WorkerProcess
 
     started: list[WorkerProcess] = []
 
@@ -165,35 +164,28 @@ def chromium(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def site_database() -> Iterator[str]:
+def site_database() -> Iterator[SiteDatabase]:
     """Django's own tables in a throwaway MariaDB database (gwtest<pid>_site), migrated once, for real
     processes that share them as a deployment does (workers, watchers, commands)."""
+    from tests.support.settings import TEST_SERVER
+
     name = f"gwtest{os.getpid()}_site"
     admin = mysql_admin()
     cursor = admin.cursor()
     cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
     cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    from tests.processes import ROOT
-    from tests.settings import TEST_SERVER
-
-    url = f"{TEST_SERVER}/{name}"
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=worker_env(DATABASE_URL=url),
-        check=True,
-        timeout=120,
-    )
-    yield url
+    database = SiteDatabase(f"{TEST_SERVER}/{name}")
+    database.command("migrate", "--noinput", "-v", "0")
+    yield database
     cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
     admin.close()
 
 
 @pytest.fixture
-def site(site_database: str) -> str:
-    """That database, emptied of the rows an earlier test left."""
-    name = site_database.rsplit("/", 1)[1]
-    admin = mysql_admin(name)
+def site(site_database: SiteDatabase) -> SiteDatabase:
+    """That database, emptied of the rows an earlier test left: the one Django database that the test,
+    its worker processes and its commands share."""
+    admin = mysql_admin(site_database.name)
     cursor = admin.cursor()
     for table in (
         "delivery_alerts_alertcondition",

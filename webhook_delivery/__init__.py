@@ -9,7 +9,7 @@ The folders are the processes:
              parts named and put together in parts.py, their in-memory twins in twins.py
   reads/     the reads the pages, the JSON and the alert watcher share (selectors); start no process
   web/       gunicorn: pages, JSON diagnostics, probes and web metrics over reads/; never imports worker/
-             or alerts/, and alerts/ never imports web/ or worker/ (tests/test_layout.py)
+             or alerts/, and alerts/ never imports web/ or worker/ (tests/unit/test_layout.py)
   records/   Django's own tables: heartbeats, the attempt log, requeue notices, holds
   alerts/    `manage.py watch_webhooks` (or inside deliver_webhooks): conditions, e-mail and chat channels
   phorge_auth/  Sign in with Phorge (Phorge's OAuth server)

@@ -329,7 +329,7 @@ class ConfigDatabase:
                 logger.warning(
                     f"Phorge's config application is on another master ({unreached}) than herald's, which this "
                     f"service cannot reach: {self.table} is not read, and values stored there are not seen",
-                    extra={"application": "config", "master": unreached},
+                    extra={"event": "settings.config_elsewhere", "application": "config", "master": unreached},
                 )
         if route.source is None:
             return None
@@ -347,7 +347,7 @@ class ConfigDatabase:
                 logger.info(
                     f"cannot read {self.table} (no SELECT grant, or not Phorge's database): values stored there "
                     "are not seen",
-                    extra={"mysql_error": exc.code},
+                    extra={"event": "settings.table_unreadable", "mysql_error": exc.code},
                 )
             return None
         if self._unreadable:
@@ -416,7 +416,7 @@ class PhorgeSettings:
                     self._reported[option] = line
                     logger.info(
                         f"Phorge setting in force: {option} = {shown}, from {where.describe()}",
-                        extra={"option": option, "source": where.source},
+                        extra={"event": "settings.in_force", "option": option, "source": where.source},
                     )
 
     def _report_map(self, local: LocalRead | None) -> None:
@@ -433,7 +433,7 @@ class PhorgeSettings:
                 self._reported[CLUSTER_KEY] = in_force
                 logger.info(
                     f"Phorge setting in force: {CLUSTER_KEY} = {in_force[0]}, from {in_force[1]}",
-                    extra={"option": CLUSTER_KEY},
+                    extra={"event": "settings.in_force", "option": CLUSTER_KEY},
                 )
             if changed and not self._map_change_said:
                 self._map_change_said = True
@@ -442,7 +442,7 @@ class PhorgeSettings:
                     f"{CLUSTER_KEY} in {self.config.phorge_local_config} changed since start-up: the map read "
                     f"then ({'none' if cluster is None else cluster.origin}) stays in force until the service "
                     "restarts",
-                    extra={"option": CLUSTER_KEY},
+                    extra={"event": "settings.map_changed", "option": CLUSTER_KEY},
                 )
 
     def _file_map_changed(self, values: dict[str, Any]) -> bool:

@@ -225,7 +225,10 @@ class PartitionMap:
         if configured.layout() != recorded.layout():
             problem = f"{origin} places the applications otherwise than {self.table}"
             if _MAP_LOG.first(f"disagree {self.table}"):
-                logger.error(f"{problem}: no lookup outside herald is made until they agree (Phorge refuses too)")
+                logger.error(
+                    f"{problem}: no lookup outside herald is made until they agree (Phorge refuses too)",
+                    extra={"event": "cluster.disagrees"},
+                )
             return Placement(problem=problem)
         return Placement(recorded, reachable=reachable, origin=f"{origin}, as in {self.table}")
 
@@ -339,10 +342,12 @@ class Masters:
                 logger.error(
                     f"Phorge's database master {master} does not answer: what lives there waits (its lookups "
                     f"are tried again every {MASTER_DOWN_SEC:.0f} s; requests that need them stay queued)",
-                    extra={"master": master, "mysql_error": _error_code(exc)},
+                    extra={"event": "master.down", "master": master, "mysql_error": _error_code(exc)},
                 )
             raise MasterUnavailable(master) from exc
         with self._lock:
             recovered = self._down_until.pop(master, None) is not None
         if recovered:
-            logger.info(f"Phorge's database master {master} answers again", extra={"master": master})
+            logger.info(
+                f"Phorge's database master {master} answers again", extra={"event": "master.back", "master": master}
+            )

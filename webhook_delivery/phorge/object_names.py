@@ -240,7 +240,7 @@ class ObjectNames:
                 logger.warning(
                     f"Phorge's {app} application is on another master ({route.master}) than herald's, which this "
                     f"service cannot reach: its objects {lost}",
-                    extra={"application": app, "master": route.master},
+                    extra={"event": "names.app_elsewhere", "application": app, "master": route.master},
                 )
             return None
         try:
@@ -249,7 +249,10 @@ class ObjectNames:
             self._unreadable[app] = self._clock() + UNREADABLE_RECHECK_SEC
             if exc.code is None:
                 if self._logged.first("no mysql"):
-                    logger.info(f"Phorge's application databases are not on this database server: objects {lost}")
+                    logger.info(
+                        f"Phorge's application databases are not on this database server: objects {lost}",
+                        extra={"event": "names.databases_elsewhere"},
+                    )
             elif self._logged.first(f"app {app}"):
                 tables = ", ".join(
                     qualified(self.namespace, t.object_app, t.object_table)
@@ -258,7 +261,7 @@ class ObjectNames:
                 )
                 logger.warning(
                     f"cannot read {tables} (no SELECT grant, or no such table): those objects {lost}",
-                    extra={"application": app, "mysql_error": exc.code},
+                    extra={"event": "names.table_unreadable", "application": app, "mysql_error": exc.code},
                 )
             return None
         except MasterUnavailable:
@@ -267,7 +270,7 @@ class ObjectNames:
             self._unreadable[app] = self._clock() + FAILED_RECHECK_SEC
             logger.warning(
                 f"Phorge's {app} database did not answer a name lookup: its objects {lost} for a while",
-                extra={"application": app, "error": type(exc).__name__},
+                extra={"event": "names.lookup_failed", "application": app, "error": type(exc).__name__},
             )
             return None
 

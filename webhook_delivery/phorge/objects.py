@@ -92,7 +92,7 @@ class PhorgeObjects:
                 f"Phorge's {app} application is on another master ({route.master}) than herald's, which this "
                 f"service cannot reach: its tables are not read, and for {tables.label} the stored transactions "
                 "are sent, newest first, unchecked",
-                extra={"application": app, "master": route.master},
+                extra={"event": "objects.app_elsewhere", "application": app, "master": route.master},
             )
         return route
 
@@ -106,7 +106,7 @@ class PhorgeObjects:
             if self._logged.first(f"type {phid_type}"):
                 logger.info(
                     "no object lookup for this PHID type: its stored transactions are sent, newest first, unchecked",
-                    extra={"phid_type": phid_type},
+                    extra={"event": "objects.type_unchecked", "phid_type": phid_type},
                 )
             return transactions_newest_first(stored)
         objects = qualified(self.namespace, tables.object_app, tables.object_table)
@@ -155,13 +155,14 @@ class PhorgeObjects:
             if self._logged.first("no mysql"):
                 logger.info(
                     "Phorge's application databases are not on this database server: "
-                    "the stored transactions are sent, newest first, unchecked, and objects are not checked"
+                    "the stored transactions are sent, newest first, unchecked, and objects are not checked",
+                    extra={"event": "objects.databases_elsewhere"},
                 )
         elif self._logged.first(f"table {table}"):
             lost = "" if objects_checked else ", and deleted objects are not detected"
             logger.warning(
                 f"cannot read {table} (no SELECT grant, or no such table): for {tables.label}, the stored "
                 f"transactions are sent, newest first, unchecked{lost}",
-                extra={"phid_type": phid_type, "mysql_error": exc.code},
+                extra={"event": "objects.table_unreadable", "phid_type": phid_type, "mysql_error": exc.code},
             )
         return transactions_newest_first(stored)

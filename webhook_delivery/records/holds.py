@@ -138,17 +138,22 @@ class HeldHooks:
             if not self._failing:
                 logger.warning(
                     "cannot read hook holds from Django's database (DATABASE_URL): keeping the holds last read",
-                    extra={"hooks_held": len(self.current)},
+                    extra={"event": "hold.read_failed", "hooks_held": len(self.current)},
                 )
             self._failing = True
             connections["default"].close_if_unusable_or_obsolete()
             return self.current
         if self._failing:
-            logger.info("hook holds read again")
+            logger.info("hook holds read again", extra={"event": "hold.read_again"})
             self._failing = False
         for phid in sorted(fresh - self.current):
-            logger.warning("hook held: its requests stay queued until the hold is released", extra={"hook": phid})
+            logger.warning(
+                "hook held: its requests stay queued until the hold is released",
+                extra={"event": "hold.seen", "hook": phid},
+            )
         for phid in sorted(self.current - fresh):
-            logger.info("hook hold released: delivering its requests", extra={"hook": phid})
+            logger.info(
+                "hook hold released: delivering its requests", extra={"event": "hold.release_seen", "hook": phid}
+            )
         self.current = fresh
         return fresh

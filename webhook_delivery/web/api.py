@@ -192,6 +192,6 @@ def dispatch(request: HttpRequest, rest: str | None = None) -> JsonResponse:
         with replica.consistent():  # every figure of one answer from the same server
             data = route()
     except Exception:
-        logger.exception("diagnostics request failed", extra={"endpoint": rest})
+        logger.exception("diagnostics request failed", extra={"event": "api.failed", "endpoint": rest})
         return _error(500, "ERR_INTERNAL", "internal server error")
     return JsonResponse({"data": data})

@@ -185,7 +185,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
     try:
         phorge_status.phorge_database_answers()
     except DatabaseError as exc:
-        logger.warning("readiness: Phorge's herald database unavailable", extra={"error": type(exc).__name__})
+        logger.warning(
+            "readiness: Phorge's herald database unavailable",
+            extra={"event": "readiness.phorge_unavailable", "error": type(exc).__name__},
+        )
         return JsonResponse({"status": "unavailable", "reason": "phorge database unreachable"}, status=503)
     resolved = phorge_status.phorge_settings()
     paused = None if resolved is None else resolved.paused_reason()

@@ -275,7 +275,10 @@ class AttemptLog:
     def _say_crash(self) -> None:
         if not self._said_crash:
             self._said_crash = True
-            logger.exception("attempt log: unexpected error writing records; they go unrecorded, writing goes on")
+            logger.exception(
+                "attempt log: unexpected error writing records; they go unrecorded, writing goes on",
+                extra={"event": "attempts.unexpected_error"},
+            )
 
     def _take(self) -> list[AttemptRecord | BreakerEvent]:
         batch: list[AttemptRecord | BreakerEvent] = []
@@ -300,10 +303,12 @@ class AttemptLog:
                 logger.exception(
                     "attempt log: a record cannot be stored in Django's database even made storable; "
                     "it goes unrecorded, the others are written (said once)",
-                    extra={"lost": failed},
+                    extra={"event": "attempts.record_dropped", "lost": failed},
                 )
         if self._failing_since is not None:
-            logger.info("attempt log written again", extra={"lost": self._lost_while_failing})
+            logger.info(
+                "attempt log written again", extra={"event": "attempts.written_again", "lost": self._lost_while_failing}
+            )
             self._failing_since = None
             self._lost_while_failing = 0
 
@@ -314,7 +319,7 @@ class AttemptLog:
             self._failing_since = time.monotonic()
             logger.error(
                 "attempt log: Django's database cannot be written; delivery goes on, attempts go unrecorded",
-                extra={"lost": lost},
+                extra={"event": "attempts.unwritable", "lost": lost},
             )
 
     def _usable(self) -> bool:

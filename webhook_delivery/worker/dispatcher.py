@@ -127,7 +127,10 @@ class Dispatcher:
             )
             metrics.ATTEMPT_SECONDS.observe(time.monotonic() - began)
         except InvalidURI as exc:
-            logger.warning("webhook URI refused", extra={"request": row.phid, "hook": hook.phid, "reason": str(exc)})
+            logger.warning(
+                "webhook URI refused",
+                extra={"event": "delivery.refused", "request": row.phid, "hook": hook.phid, "reason": str(exc)},
+            )
             return configuration_failure(INVALID_URI)
         return from_http(http, retry_forever=retries_forever(properties))
 

@@ -158,7 +158,9 @@ class JobRunner:
         except DatabaseError:
             result.database_error, result.failed_at = True, time.monotonic()
         except Exception:
-            logger.exception("unexpected error in delivery job", extra={"hook": job.hook_phid})
+            logger.exception(
+                "unexpected error in delivery job", extra={"event": "job.unexpected_error", "hook": job.hook_phid}
+            )
         return result
 
     def _lock(self, name: str) -> int | None:
@@ -385,7 +387,10 @@ class JobRunner:
             raise  # an outage: the row waits out its claim and comes back
         except Exception:
             # A bug of ours, possibly after a call: never try this row again on its own.
-            logger.exception("unexpected error delivering a request", extra={"request": row.phid})
+            logger.exception(
+                "unexpected error delivering a request",
+                extra={"event": "delivery.unexpected_error", "request": row.phid},
+            )
             return self._poison(row, version, claimed_at, result, "internal error", began)
         self._log_attempt(row, outcome, began, time.monotonic() - claimed_at)
         new_properties = encode_compact(with_error(properties, outcome))  # cannot fail: _readable() tried it

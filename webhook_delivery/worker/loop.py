@@ -134,7 +134,10 @@ class Worker:
             self.heartbeat.publish(state)
             self._report_activity(state["counts"])
             for hook_phid, lowest_id in self.notices.take().items():
-                logger.info("failed requests put back in the queue", extra={"hook": hook_phid, "from_id": lowest_id})
+                logger.info(
+                    "failed requests put back in the queue",
+                    extra={"event": "requeue.notice_taken", "hook": hook_phid, "from_id": lowest_id},
+                )
                 self.window.rewind(hook_phid, lowest_id)
 
     def _report_activity(self, counts: dict[str, int]) -> None:
@@ -146,6 +149,7 @@ class Worker:
             logger.info(
                 "activity since the last report",
                 extra={
+                    "event": "worker.activity",
                     "delivered": new["deliveries.sent"],
                     "retried": new["deliveries.retry"],
                     "failed": new["deliveries.failed"],
@@ -166,9 +170,15 @@ class Worker:
         def handle(signum: int, frame: FrameType | None) -> None:
             self._signals += 1
             if self._signals > 1:
-                logger.warning("second signal: exiting now; claimed requests come back after the lease")
+                logger.warning(
+                    "second signal: exiting now; claimed requests come back after the lease",
+                    extra={"event": "worker.forced_stop"},
+                )
                 os._exit(1)
-            logger.info("stopping: no new claims, finishing deliveries in flight", extra={"signal": signum})
+            logger.info(
+                "stopping: no new claims, finishing deliveries in flight",
+                extra={"event": "worker.stopping", "signal": signum},
+            )
             self.stop()
 
         for sig in previous:
@@ -190,6 +200,7 @@ class Worker:
         logger.info(
             "deliver_webhooks started",
             extra={
+                "event": "worker.started",
                 "max_concurrent": self.max_concurrent,
                 "poll_interval_ms": int(self.poll_interval * 1000),
                 "lease_sec": self.config.claim_lease_sec,
@@ -227,7 +238,7 @@ class Worker:
             self.heartbeat.retire(self.snapshot(), clean=clean)
             self.parts.closing.close()  # the attempt log's last records, the locks, the pools, the connections
             restore()
-        logger.info("deliver_webhooks stopped")
+        logger.info("deliver_webhooks stopped", extra={"event": "worker.stopped"})
         return 0
 
     def _warn_if_locks_elsewhere(self) -> None:
@@ -237,7 +248,9 @@ class Worker:
         except DatabaseError:
             return  # the loop notices the outage and says so
         if master is not None:
-            logger.warning(lock_warning(master), extra={"application": "repository", "master": master})
+            logger.warning(
+                lock_warning(master), extra={"event": "locks.elsewhere", "application": "repository", "master": master}
+            )
 
     def _check_locks(self) -> None:
         if time.monotonic() - self._last_lock_check >= LOCK_CHECK_SEC:
@@ -374,7 +387,10 @@ class Worker:
         self.counters.record("degraded.database")
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
-            logger.error("database unavailable: backing off and reconnecting; nothing is marked failed")
+            logger.error(
+                "database unavailable: backing off and reconnecting; nothing is marked failed",
+                extra={"event": "database.lost"},
+            )
         self.reader.drop_connection()
         delay = min(DB_RETRY_MAX_SEC, 0.5 + (time.monotonic() - self._db_down_since) / 4)
         self.stopping.wait(delay)
@@ -384,7 +400,7 @@ class Worker:
             self._db_back_at = time.monotonic()
             logger.info(
                 "database reachable again",
-                extra={"outage_sec": round(time.monotonic() - self._db_down_since, 1)},
+                extra={"event": "database.back", "outage_sec": round(time.monotonic() - self._db_down_since, 1)},
             )
             self._db_down_since = None
 

@@ -88,15 +88,18 @@ class PhpWatch:
             if state.state == "active":
                 logger.warning(
                     "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (docs/operate/handover.md)",
-                    extra=extra,
+                    extra={"event": "php.seen_delivering", **extra},
                 )
             elif state.state == "recent":
                 logger.info(
                     "Phorge's PHP worker delivered webhooks in the last 15 minutes, none is queued for it now",
-                    extra={**extra, "last_delivery": state.last_delivery},
+                    extra={"event": "php.delivered_recently", **extra, "last_delivery": state.last_delivery},
                 )
             elif state.state == "idle":
-                logger.info("Phorge's PHP worker is not delivering webhooks", extra=extra)
+                logger.info("Phorge's PHP worker is not delivering webhooks", extra={"event": "php.idle", **extra})
             else:
-                logger.info(f"cannot tell whether Phorge's PHP worker delivers webhooks: {state.detail}", extra=extra)
+                logger.info(
+                    f"cannot tell whether Phorge's PHP worker delivers webhooks: {state.detail}",
+                    extra={"event": "php.unknown", **extra},
+                )
         return state

@@ -166,13 +166,13 @@ class Scheduler:
             self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC
         if result.breaker_closed and job.hook_phid in self.backoff_until:
             del self.backoff_until[job.hook_phid]
-            logger.info("hook left error backoff", extra={"hook": job.hook_phid})
+            logger.info("hook left error backoff", extra={"event": "breaker.left", "hook": job.hook_phid})
         if result.backoff_until is not None:
             self._counters.record("breaker_skips")
             if job.hook_phid not in self.backoff_until:
                 logger.warning(
                     "hook entered error backoff: too many recent failures",
-                    extra={"hook": job.hook_phid, "until_epoch": result.backoff_until},
+                    extra={"event": "breaker.entered", "hook": job.hook_phid, "until_epoch": result.backoff_until},
                 )
                 if self._attempts is not None:
                     self._attempts.breaker_entered(job.hook_phid, result.backoff_until)

@@ -188,7 +188,7 @@ class LockSession:
             logger.error(
                 "lost the database session holding hook locks: no new delivery for those hooks until they "
                 "are locked again; attempts in flight finish and write only with their claim",
-                extra={"hooks": lost},
+                extra={"event": "lock_session.lost", "hooks": lost},
             )
 
     def acquire(self, name: str) -> int | None:

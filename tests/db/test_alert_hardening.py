@@ -1,0 +1,141 @@
+"""Alerts against hostile text and hostile servers (the second security review, items 3, 4, 5 and 13): Phorge's
+text cannot mention, link or forge a line in any channel; a chat or SMTP server that trickles or answers
+without end costs one channel timeout and a bounded read; one note never blocks the others.
+
+Here: what runs on Django's test databases; the rest is in tests/unit/test_alert_hardening.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tests.support.alert_channels import Chat, Smtp, alert_config, channel_config, configure_email, failing_hook
+from tests.support.helpers import PHORGE_DB, Phorge
+from tests.support.rawserver import RawServer, read_message, trickling_http
+from tests.support.receiver import Receiver
+from webhook_delivery.alerts import metrics
+from webhook_delivery.alerts.models import AlertChannel, AlertNotification
+from webhook_delivery.alerts.watcher import Watcher
+
+HOSTILE = "<!channel> <https://evil.example|click here> @here @all @channel [x](https://evil.example) &amp;"
+
+
+def hostile_hook(phorge: Phorge, receiver: Receiver, *, error_type: str = "http", error_code: str = "500") -> str:
+    hook = phorge.hook(receiver.url("/hostile/s500"), name=HOSTILE)
+    now = phorge.now()
+    properties = {"retry": "forever", "transactionPHIDs": [], "triggerPHIDs": [hook]}
+    for _ in range(3):
+        phorge.request(
+            hook,
+            properties=json.dumps(properties | {"errorType": error_type, "errorCode": error_code}),
+            lastRequestResult="fail",
+            lastRequestEpoch=now,
+            dateModified=now,
+        )
+    return hook
+
+
+@PHORGE_DB
+def test_chat_markup_from_phorge_neither_mentions_nor_links(
+    phorge: Phorge, receiver: Receiver, chat: Chat, settings: Any
+) -> None:
+    hostile_hook(phorge, receiver, error_type="http", error_code="[y](https://e.x)")
+    delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
+    Watcher(alert_config(None, chat), delivery).tick()
+    [text] = chat.texts
+    assert "<!channel>" not in text and "<https://" not in text and "<" not in text and ">" not in text
+    words = text.replace("\N{WORD JOINER}", " ").split()
+    for mention in ("@here", "@all", "@channel"):
+        assert mention not in text.split(), f"{mention} would ping the channel"
+        assert mention.removeprefix("@") in words  # still readable
+    assert "](" not in text, "no markdown link"
+    assert "&lt;!channel&gt;" in text and "&amp;amp;" in text, "escaped as Slack and Mattermost read it"
+    assert "https://evil.example" not in text, "no link that the service would show under its name"
+
+
+@PHORGE_DB
+def test_line_breaks_in_error_types_reach_neither_a_header_nor_a_forged_line(
+    phorge: Phorge, receiver: Receiver, smtp: Smtp, settings: Any
+) -> None:
+    for key, value in configure_email(smtp).items():
+        setattr(settings, key, value)
+    hostile_hook(phorge, receiver, error_type="http\r\nBcc: evil@example.com\r\n\r\nRECOVERED  all fine")
+    delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
+    result = Watcher(alert_config(smtp, None), delivery).tick()
+    assert result.sent == {"email": 1} and not result.failed
+    [body] = smtp.bodies
+    assert "Bcc" not in body.split("\n", 1)[0]
+    assert not any(line.startswith("RECOVERED") for line in body.splitlines())
+    assert not [m for m in smtp.sink.messages if m["Bcc"]]
+
+
+@PHORGE_DB
+def test_a_hanging_channel_is_logged_once_counted_and_backed_off(
+    phorge: Phorge, receiver: Receiver, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing_hook(phorge, receiver, "down")
+    delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
+    with RawServer(trickling_http) as server:
+        channel = dataclasses.replace(channel_config(), email_to=(), chat_url=f"http://127.0.0.1:{server.port}/x")
+        watcher = Watcher(dataclasses.replace(channel, interval_sec=0.1), delivery)
+        before = metrics.NOTIFICATIONS_FAILED.labels("chat")._value.get()
+        started = time.monotonic()
+        watcher.tick()
+        assert time.monotonic() - started < 5
+        for _ in range(5):
+            watcher.tick()
+            time.sleep(0.1)
+    failing = [r for r in caplog.records if getattr(r, "event", "") == "alert.channel_failing"]
+    assert len(failing) == 1
+    tries = metrics.NOTIFICATIONS_FAILED.labels("chat")._value.get() - before
+    assert 1 <= tries < 6, "retried with a growing wait, not at every pass"
+
+
+class Refusing:
+    """A chat service that refuses (HTTP 400) any message holding `marker` and takes the rest."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self.accepted: list[str] = []
+        self.refused = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, sock: socket.socket) -> None:
+        message = read_message(sock)
+        assert message is not None
+        text = json.loads(message[1])["text"]
+        with self.lock:
+            if self.marker in text:
+                self.refused += 1
+                sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            self.accepted.append(text)
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+
+@PHORGE_DB
+def test_a_note_the_channel_refuses_is_given_up_after_three_tries_and_the_next_goes_out(
+    phorge: Phorge, receiver: Receiver, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing_hook(phorge, receiver, "unsendable")
+    delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
+    service = Refusing("unsendable")
+    with RawServer(service) as server:
+        channel = dataclasses.replace(channel_config(), email_to=(), chat_url=f"http://127.0.0.1:{server.port}/x")
+        watcher = Watcher(dataclasses.replace(channel, interval_sec=0.05), delivery)
+        for _ in range(3):
+            watcher.tick()
+            AlertChannel.objects.update(retry_at=None)  # the backoff's wait, over
+        assert service.refused == 3
+        assert AlertNotification.objects.filter(given_up=True).count() == 1
+        failing_hook(phorge, receiver, "fine")
+        watcher.tick()
+    assert [t for t in service.accepted if "`fine`" in t], "the alert after the refused one went out"
+    [given_up] = [r for r in caplog.records if getattr(r, "event", "") == "alert.given_up"]
+    assert getattr(given_up, "notifications", 0) == 1

@@ -1,0 +1,43 @@
+"""The suite's one fixed clock: time that moves only when a test moves it. Call it for the time (what the
+code's `clock=` and `monotonic=` arguments take); PhorgeClock moves Phorge's database clock with it."""
+
+from __future__ import annotations
+
+from tests.support.helpers import Phorge
+from webhook_delivery.reads import phorge_status
+
+
+class FixedClock:
+    """Seconds (epoch, or any origin) that change only by set() and advance()."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return float(self.now)
+
+    def set(self, now: float) -> None:
+        self.now = now
+
+    def advance(self, seconds: float) -> None:
+        self.set(self.now + seconds)
+
+
+class PhorgeClock(FixedClock):
+    """A fixed clock that Phorge's side keeps too: this session's MariaDB timestamp (`SET timestamp`, what
+    UNIX_TIMESTAMP() and the store read) follows every set() and advance(), and the PHP guard forgets the
+    reading it caches. Assigning `now` alone moves only the host's side. release() gives the session its
+    own clock back."""
+
+    def __init__(self, phorge: Phorge, now: int) -> None:
+        self.phorge = phorge
+        super().__init__(now)
+        self.set(now)
+
+    def set(self, now: float) -> None:
+        super().set(now)
+        self.phorge.execute("SET timestamp = %s", (now,))
+        phorge_status._php_guard.cache_clear()  # the guard caches its reading a few seconds
+
+    def release(self) -> None:
+        self.phorge.execute("SET timestamp = DEFAULT")

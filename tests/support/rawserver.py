@@ -1,0 +1,93 @@
+"""A loopback TCP server whose every connection is handled by a test-supplied function."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class RawServer:
+    def __init__(self, handler: Callable[[socket.socket], None], host: str = "127.0.0.1", **wrap: Any) -> None:
+        self.handler = handler
+        self.listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((host, 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._wrap = wrap.get("wrap")
+
+    def _serve(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+
+    def _handle(self, client: socket.socket) -> None:
+        try:
+            if self._wrap is not None:
+                client = self._wrap(client)
+            self.handler(client)
+        except OSError:
+            pass
+        finally:
+            try:
+                client.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> RawServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self.listener.close()
+        self._thread.join(2)
+
+
+def read_message(sock: socket.socket, buffer: bytes = b"") -> tuple[bytes, bytes, bytes] | None:
+    """One HTTP request off `sock` after what `buffer` already holds: (head up to its blank line, body by
+    its Content-Length, what followed it); None when the client closes first."""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buffer += chunk
+    head, rest = buffer.split(b"\r\n\r\n", 1)
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        rest += chunk
+    return head, rest[:length], rest[length:]
+
+
+def read_request(sock: socket.socket) -> bytes:
+    """Reads one request (its bytes; empty when the client closed first), to answer it."""
+    message = read_message(sock)
+    return b"" if message is None else message[0] + b"\r\n\r\n" + message[1]
+
+
+def trickling_http(sock: socket.socket) -> None:
+    """Reads the request, then answers one byte every 0.3 s for ever."""
+    read_message(sock)
+    for byte in b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" * 1000:
+        sock.sendall(bytes([byte]))
+        time.sleep(0.3)

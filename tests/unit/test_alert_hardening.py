@@ -1,0 +1,82 @@
+"""Alerts against hostile text and hostile servers (the second security review, items 3, 4, 5 and 13): Phorge's
+text cannot mention, link or forge a line in any channel; a chat or SMTP server that trickles or answers
+without end costs one channel timeout and a bounded read; one note never blocks the others.
+
+Here: what needs no database and no server process; the rest is in tests/db/test_alert_hardening.py."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from tests.support.alert_channels import channel_config
+from tests.support.rawserver import RawServer, read_message, trickling_http
+from webhook_delivery.alerts.channels import ChannelError, send_chat, send_email
+from webhook_delivery.alerts.config import AlertConfig, load_alert_config
+
+
+def endless_http(sock: socket.socket) -> None:
+    """Reads the request, then answers 200 with a body that never ends (a 512 MB answer, and more)."""
+    read_message(sock)
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 600000000\r\n\r\n")
+    chunk = b"x" * 65536
+    for _ in range(9000):
+        sock.sendall(chunk)
+
+
+def trickling_smtp(sock: socket.socket) -> None:
+    for byte in b"220 mail.example ESMTP ready, slowly\r\n" * 100:
+        sock.sendall(bytes([byte]))
+        time.sleep(0.3)
+
+
+def test_a_trickling_chat_server_costs_one_channel_timeout() -> None:
+    with RawServer(trickling_http) as server:
+        started = time.monotonic()
+        with pytest.raises(ChannelError, match=r"no complete answer within 1\.5 s"):
+            send_chat(channel_config(chat_url=f"http://127.0.0.1:{server.port}/hook"), "s", "b")
+        assert time.monotonic() - started < 4
+
+
+def test_an_endless_chat_answer_is_cut_off_and_read_only_so_far() -> None:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with RawServer(endless_http) as server:
+        started = time.monotonic()
+        send_chat(channel_config(chat_url=f"http://127.0.0.1:{server.port}/hook"), "s", "b")  # 200: accepted
+        assert time.monotonic() - started < 4
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 50, f"the answer was kept in memory: +{grown_mb:.0f} MB"
+
+
+def test_a_trickling_smtp_server_costs_one_channel_timeout(settings: Any) -> None:
+    with RawServer(trickling_smtp) as server:
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", server.port
+        started = time.monotonic()
+        with pytest.raises(ChannelError, match=r"no complete exchange within 1\.5 s"):
+            send_email(channel_config(), "s", "b")
+        assert time.monotonic() - started < 4
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "GORGE_ALERT_CHANNEL_TIMEOUT_SEC",
+        "GORGE_ALERT_GC_HOURS",
+        "GORGE_ALERT_INTERVAL_SEC",
+        "GORGE_ALERT_FAILING_MINUTES",
+        "GORGE_ALERT_WORKER_DEAD_SEC",
+        "GORGE_ALERT_PHP_HOLD_SEC",
+    ],
+)
+@pytest.mark.parametrize("value", ["1e300", "inf", "nan", "0", "-5"])
+def test_alert_numbers_beyond_their_range_are_refused_at_start(name: str, value: str) -> None:
+    loaded, errors = load_alert_config({name: value})
+    assert [error.variable for error in errors] == [name]
+    assert "at most" in str(errors[0]) and value in str(errors[0])
+    assert loaded == AlertConfig()

@@ -1,0 +1,169 @@
+"""The queue window on an in-memory source: bounded, refilled as it drains, nothing skipped or forgotten."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tests.support.clock import FixedClock
+from tests.support.memory_source import MemorySource
+from webhook_delivery.worker.window import GAP_SETTLE_SEC, QueueWindow, Settlement
+
+LEASE, BACKOFF = 60, 300
+
+
+def window(source: MemorySource, **options: int) -> tuple[QueueWindow, FixedClock]:
+    monotonic = FixedClock()
+    made = QueueWindow(
+        source,
+        lease=LEASE,
+        retry_backoff=BACKOFF,
+        clock=lambda: float(source.now),
+        monotonic=monotonic,
+        **options,
+    )
+    return made, monotonic
+
+
+def drain(source: MemorySource, win: QueueWindow, *, per_job: int = 32, max_polls: int = 10_000) -> list[int]:
+    """Deliver everything the window proposes, as the worker would; returns ids in delivery order."""
+    delivered: list[int] = []
+    for _ in range(max_polls):
+        more = win.poll()
+        assert win.held_count <= win.total
+        assert all(len(hook.held) <= win.per_hook for hook in win.hooks.values())
+        candidates = win.candidates()
+        if not candidates and not more:
+            return delivered
+        for _first, hook in candidates:
+            rows = win.take(hook, per_job)
+            for row in rows:
+                source.send(row.id)
+                delivered.append(row.id)
+            win.settle(Settlement(hook, rows, done=[row.id for row in rows]))
+    raise AssertionError("the window never ran dry")
+
+
+def test_a_huge_backlog_is_held_within_the_caps_and_drained_oldest_first_without_a_gap() -> None:
+    source = MemorySource()
+    hooks = [f"PHID-HWBH-{i:020d}" for i in range(10)]
+    for i in range(20_000):
+        source.add(hooks[i % 10])
+    win, _ = window(source, per_hook=64, total=300)
+    win.poll()
+    assert win.held_count <= 300
+    assert win.candidates(), "delivery starts before the backlog is read to the end"
+    assert source.touched["untried"] < 1000
+    delivered = drain(source, win)
+    assert sorted(delivered) == list(range(1, 20_001))  # each exactly once
+    by_hook: dict[str, list[int]] = defaultdict(list)
+    for row_id in delivered:
+        by_hook[source.rows[row_id].webhook_phid].append(row_id)
+    assert all(ids == sorted(ids) for ids in by_hook.values())  # oldest first within each hook
+
+
+def test_rows_waiting_out_their_backoff_are_not_held_and_due_rows_come_first() -> None:
+    source = MemorySource()
+    hook = "PHID-HWBH-backoffbackoffbackof"
+    waiting = [source.add(hook, result="fail", epoch=source.now - 10) for _ in range(5000)]
+    fresh = [source.add(hook) for _ in range(10)]
+    win, _ = window(source)
+    win.poll()
+    assert win.held_count == 10  # the 5000 in backoff cost nothing but one due time
+    rows = win.take(hook, 100)
+    assert [row.id for row in rows] == fresh
+    for row_id in fresh:
+        source.send(row_id)
+    win.settle(Settlement(hook, rows, done=fresh))
+    source.now += BACKOFF  # now they all come due
+    assert drain(source, win) == waiting
+
+
+def test_an_old_queued_row_below_the_start_up_frontier_is_found() -> None:
+    source = MemorySource()
+    hook = "PHID-HWBH-oldoldoldoldoldoldold"
+    stuck = source.add(hook, created=source.now - 6 * 86400)
+    retry = source.add(hook, result="fail", epoch=source.now - 4000, created=source.now - 5 * 86400)
+    for _ in range(5000):
+        source.add(hook, status="sent", result="okay", epoch=source.now)
+    win, _ = window(source)
+    win.poll()
+    assert {row.id for row in win.take(hook, 10)} == {stuck, retry}
+    assert source.touched["retries"] == 1 and source.touched["untried"] == 1  # the sent history untouched
+
+
+def test_idle_polls_read_no_retained_history() -> None:
+    source = MemorySource()
+    hooks = [f"PHID-HWBH-{i:020d}" for i in range(16)]
+    for i in range(50_000):
+        source.add(hooks[i % 16], status="sent", result="okay", epoch=source.now - 100)
+    for i in range(200):  # retry=never failures: in the same index range as retries
+        source.add(hooks[i % 16], status="failed", result="fail", epoch=source.now - 100)
+    win, _ = window(source)
+    while win.poll():
+        pass
+    before = source.touched.copy()
+    for _ in range(600):
+        win.poll()
+        source.now += 1
+    assert win.held_count == 0
+    # Nothing of the sent history, and each failed row stepped over once, when its retry time passed.
+    assert source.touched - before == {"retries": 200}
+
+
+def test_a_jump_in_ids_costs_one_range_and_a_late_commit_inside_it_is_found() -> None:
+    source = MemorySource()
+    hook = "PHID-HWBH-jumpjumpjumpjumpjump"
+    for _ in range(3):
+        source.add(hook)
+    win, clock = window(source)
+    drain(source, win)
+    source.add(hook, id=50_000_000)  # AUTO_INCREMENT raised, or an explicit high id
+    win.poll()
+    assert len(win.gaps) <= 2 and win.frontier == 50_000_000
+    late = source.add(hook, id=20_000_000)  # an insert that commits after a higher id was seen
+    assert late in drain(source, win)
+    clock.advance(GAP_SETTLE_SEC + 1)
+    win.poll()
+    assert win.gaps == []
+
+
+def test_a_queued_row_whose_hook_row_is_gone_is_found_by_the_listing() -> None:
+    source = MemorySource()
+    orphan = source.add("PHID-HWBH-goneagonegonegonegon", listed=0)
+    source.add("PHID-HWBH-heretherehereherehe")
+    win, _ = window(source)
+    assert orphan in drain(source, win)
+
+
+def test_a_retried_row_comes_back_after_the_backoff_and_a_claimed_one_after_the_lease() -> None:
+    source = MemorySource()
+    hook = "PHID-HWBH-retryretryretryretryr"
+    first, second = source.add(hook), source.add(hook)
+    win, _ = window(source)
+    win.poll()
+    rows = win.take(hook, 32)
+    source.fail(first)
+    win.settle(Settlement(hook, rows, retried=[(first, source.now)], claimed=[second]))
+    win.poll()
+    assert win.candidates() == []
+    source.now += LEASE
+    win.poll()
+    assert [row.id for row in win.take(hook, 32)] == [second]
+    win.settle(Settlement(hook, [source.rows[second]], done=[second]))
+    source.send(second)
+    source.now += BACKOFF - LEASE
+    win.poll()
+    assert [row.id for row in win.take(hook, 32)] == [first]
+
+
+def test_a_row_claimed_elsewhere_waits_for_its_lease() -> None:
+    source = MemorySource()
+    hook = "PHID-HWBH-claimclaimclaimclaimc"
+    row_id = source.add(hook)
+    source.update(row_id, date_modified=source.now + 1)  # another process claimed it a second later
+    win, _ = window(source)
+    win.poll()
+    assert win.candidates() == [] and win.held_count == 1
+    source.now += LEASE + 1
+    win.poll()
+    assert [row.id for row in win.take(hook, 1)] == [row_id]

@@ -1,0 +1,272 @@
+"""The job, the scheduler and the loop without a database server: the worker's parts in memory
+(webhook_delivery/worker/twins.py, whose store keeps store.Store's contract: tests/support/store_contract.py,
+run on both stores), its deliveries real HTTP calls to the suite's receiver. Part of `make unit`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
+from webhook_delivery.config import DeliveryConfig
+from webhook_delivery.phorge.locks import webhook_lock_name
+from webhook_delivery.worker.job import Job
+from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.metrics import Counters
+from webhook_delivery.worker.scheduling import Lane, Lanes, Scheduler
+from webhook_delivery.worker.twins import MemoryHolds, MemoryStore, memory_parts
+
+NOW = 1_764_620_000
+HOOK = "PHID-HWBH-twintwintwintwintwi"
+OTHER = "PHID-HWBH-othrothrothrothrothr"
+FOREVER = json.dumps({"retry": "forever", "transactionPHIDs": [], "triggerPHIDs": [HOOK]})
+
+
+def config(**changes: Any) -> DeliveryConfig:
+    base = DeliveryConfig(
+        silent=False, outbound_blacklist=(), outbound_blacklist_from_env=True, delivery_timeout=3.0, attempt_log=False
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def worker(store: MemoryStore, **changes: Any) -> Worker:
+    settings = config(**changes)
+    return Worker(settings, memory_parts(settings, store), once=True, poll_interval_ms=10)
+
+
+@pytest.fixture
+def receiver() -> Any:
+    with Receiver() as running:
+        yield running
+
+
+# -- the job -------------------------------------------------------------------------------------------
+
+
+def test_a_job_sends_its_hooks_rows_in_order_and_writes_each_result(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10, object_phid=f"PHID-TASK-{i:020d}") for i in range(3)]
+    w = worker(store)
+    result = w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert [r.object_phid for r in receiver.requests] == [f"PHID-TASK-{i:020d}" for i in range(3)]
+    assert [store.rows[i].status for i in ids] == ["sent"] * 3 and result.answered is True
+    assert store.claims == 3 and store.writes == 3
+    assert all(r.header("X-Phabricator-Webhook-Signature") for r in receiver.requests)
+
+
+def test_a_job_hands_its_hook_back_after_the_first_failure(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/down/s503"))
+    ids = [store.add_request(HOOK, FOREVER, created=NOW - 10) for _ in range(4)]
+    result = worker(store).runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert len(receiver.requests) == 1 and result.answered is False
+    first = store.rows[ids[0]]
+    assert (first.status, first.last_result, first.last_epoch) == ("queued", "fail", NOW)
+    assert all(store.rows[i].last_result == "none" for i in ids[1:]), "the others wait for a later turn"
+
+
+def test_a_hook_locked_elsewhere_is_left_untouched(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    row_id = store.add_request(HOOK, created=NOW - 10)
+    w = worker(store)
+    w.locks.taken.add(webhook_lock_name(w.config.namespace, HOOK))  # type: ignore[attr-defined]
+    result = w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[row_id]]))
+    assert result.lock_busy and not receiver.requests and store.claims == 0
+
+
+def test_a_row_changed_since_it_was_read_is_not_sent_twice(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    row_id = store.add_request(HOOK, created=NOW - 10)
+    stale = store.rows[row_id]
+    store.rows[row_id] = dataclasses.replace(
+        stale, status="sent", last_result="okay", last_epoch=NOW, date_modified=NOW
+    )
+    worker(store).runner.run(Job(HOOK, store.hooks()[HOOK], [stale]))
+    assert not receiver.requests and store.writes == 0
+
+
+def test_a_hold_read_during_a_job_stops_it_before_its_next_call(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(5)]
+    w = worker(store)
+    receiver.state.on_receive = lambda _received: w.scheduler.hold(frozenset({HOOK}))
+    w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert len(receiver.requests) == 1, "the call under way finished, none started after the hold"
+
+
+def test_once_the_hook_answers_its_next_row_is_claimed_while_the_call_runs(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(3)]
+    versions = {i: store.rows[i].date_modified for i in ids}
+    seen: list[tuple[bool, bool]] = []  # per call: (the next row claimed before it ends, the one after)
+
+    def during_call(_received: Any) -> None:
+        n = len(seen)
+        claimed = [store.rows[i].date_modified != versions[i] for i in ids]
+        if n == 1:  # the second call: the third row's claim is under way
+            claimed[2] = wait_for(
+                lambda: store.rows[ids[2]].date_modified != versions[ids[2]], 2, "the third row's claim", every=0.005
+            )
+        seen.append((claimed[n + 1] if n + 1 < 3 else False, claimed[n + 2] if n + 2 < 3 else False))
+
+    receiver.state.on_receive = during_call
+    w = worker(store)
+    w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert seen == [(False, False), (True, False), (False, False)], "the first call waits; then one row ahead"
+    assert [store.rows[i].status for i in ids] == ["sent"] * 3 and store.claims == 3 and store.writes == 3
+    assert [r.object_phid for r in receiver.requests] == [store.rows[i].object_phid for i in ids]
+    assert max(receiver.state.max_in_flight.values()) == 1, "still one call in flight for the hook"
+
+
+@pytest.mark.parametrize("ending", ["the call fails", "a hold", "a stop"])
+def test_a_row_claimed_ahead_of_a_call_that_ends_the_job_is_taken_back_as_it_was(
+    receiver: Receiver, ending: str
+) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, FOREVER, created=NOW - 10) for _ in range(3)]
+    w = worker(store, delivery_timeout=0.5)
+    calls: list[Any] = []
+
+    def during_call(received: Any) -> None:
+        calls.append(received)
+        if len(calls) != 2:
+            return
+        wait_for(lambda: store.claims == 3, 2, "the third row's claim while the second call runs", every=0.005)
+        if ending == "the call fails":
+            time.sleep(1.0)  # past the delivery timeout
+        elif ending == "a hold":
+            w.scheduler.hold(frozenset({HOOK}))
+        else:
+            w.runner.stopping.set()
+
+    receiver.state.on_receive = during_call
+    before = store.rows[ids[2]]
+    result = w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert len(receiver.requests) == 2, "no call for the row claimed ahead"
+    assert store.rows[ids[2]] == before, "every column as it was: due again at once"
+    assert [store.rows[i].last_result for i in ids[:2]] == ["okay", "fail" if ending == "the call fails" else "okay"]
+    assert w.counters.values.get("claims_released") == 1
+    assert result.settlement.fresh[-1].id == ids[2] and result.settlement.fresh[-1].properties is None
+    assert ids[2] not in result.settlement.claimed
+
+
+def test_a_claim_made_ahead_of_a_slow_call_is_made_again_so_its_own_call_gets_the_full_timeout(
+    receiver: Receiver,
+) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(3)]
+    receiver.state.on_receive = lambda _r: time.sleep(0.4) if len(receiver.requests) == 2 else None
+    w = worker(store)
+    w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert [store.rows[i].status for i in ids] == ["sent"] * 3 and len(receiver.requests) == 3
+    assert store.claims == 4 and w.counters.values.get("claims_released") == 1, "taken back, then claimed again"
+
+
+# -- the scheduler -------------------------------------------------------------------------------------
+
+
+def test_failing_hooks_get_at_most_a_quarter_and_new_ones_three_quarters() -> None:
+    lanes = Lanes(8)
+    for n in range(8):
+        if lanes.admits(Lane.FAILING):
+            lanes.start(Lane.FAILING, f"failing{n}")
+    assert lanes.running[Lane.FAILING] == 2
+    for n in range(8):
+        if lanes.admits(Lane.NEW):
+            lanes.start(Lane.NEW, f"new{n}")
+    assert lanes.running[Lane.NEW] == 4, "with the failing ones, three quarters"
+    assert lanes.admits(Lane.ANSWERING) and not lanes.admits(Lane.NEW)
+
+
+def test_the_scheduler_keeps_one_job_per_hook_and_skips_held_locked_and_backed_off_hooks() -> None:
+    now = [NOW]
+    scheduler = Scheduler(4, estimated_now=lambda: now[0], counters=Counters())
+    job = Job(HOOK, None, [])
+    scheduler.start(job, Lane.NEW)
+    assert not scheduler.schedulable(HOOK) and scheduler.schedulable(OTHER)
+    from webhook_delivery.worker.job import JobResult
+    from webhook_delivery.worker.window import Settlement
+
+    scheduler.finish(job, JobResult(Settlement(HOOK, []), lock_busy=True))
+    assert not scheduler.schedulable(HOOK), "its lock is busy elsewhere: skipped a moment"
+    assert scheduler.lock_busy() == [HOOK]
+    scheduler.start(Job(OTHER, None, []), Lane.NEW)
+    scheduler.finish(Job(OTHER, None, []), JobResult(Settlement(OTHER, []), backoff_until=NOW + 60))
+    assert not scheduler.schedulable(OTHER)
+    now[0] = NOW + 61
+    assert scheduler.schedulable(OTHER), "out of Phorge's backoff once its window has passed"
+    scheduler.hold(frozenset({OTHER}))
+    assert not scheduler.schedulable(OTHER)
+    order = scheduler.order([(5, "PHID-HWBH-a", "fail"), (3, "PHID-HWBH-b", "none")])
+    assert order == [("PHID-HWBH-a", Lane.FAILING), ("PHID-HWBH-b", Lane.NEW)], "failing first: they are capped"
+
+
+# -- the loop ------------------------------------------------------------------------------------------
+
+
+def test_a_once_run_delivers_everything_due_and_leaves_what_is_held(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    store.add_hook(OTHER, uri=receiver.url("/held/ok"))
+    sent = [store.add_request(HOOK, created=NOW - 5) for _ in range(20)]
+    held = store.add_request(OTHER, created=NOW - 5)
+    w = worker(store)
+    w.parts.holds = MemoryHolds({OTHER})
+    w.holds = w.parts.holds
+    assert w.run() == 0
+    assert all(store.rows[i].status == "sent" for i in sent) and store.rows[held].status == "queued"
+    assert {r.path for r in receiver.requests} == {"/ok/ok"}
+    assert any("held hook" in line for line in w.summary())
+    assert w.heartbeat.stopped == "clean"  # type: ignore[attr-defined]
+
+
+def test_the_loop_delivers_nothing_while_silent_mode_is_unknown(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    row_id = store.add_request(HOOK, created=NOW - 5)
+    w = worker(store, silent=None)
+    w.run()
+    assert not receiver.requests and store.claims == 0
+    assert (w.blocked() or "").startswith("nothing delivered: phabricator.silent is unknown")
+    assert store.rows[row_id].status == "queued"
+
+
+def test_silent_mode_fails_the_backlog_for_good_without_a_call(receiver: Receiver) -> None:
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    row_id = store.add_request(HOOK, FOREVER, created=NOW - 5)
+    worker(store, silent=True).run()
+    row = store.rows[row_id]
+    assert not receiver.requests and (row.status, row.last_result) == ("failed", "none")
+    assert row.properties is not None and row.properties.endswith('"errorType":"hook","errorCode":"silent"}')
+
+
+def test_stop_lets_the_calls_in_flight_finish_and_records_a_clean_stop() -> None:
+    with Receiver(slow_seconds=0.3) as receiver:
+        store = MemoryStore(NOW)
+        store.add_hook(HOOK, uri=receiver.url("/slow/slow"))
+        ids = [store.add_request(HOOK, created=NOW - 5) for _ in range(50)]
+        settings = config()
+        w = Worker(settings, memory_parts(settings, store), poll_interval_ms=10)
+        runner = threading.Thread(target=w.run, kwargs={"handle_signals": False})
+        runner.start()
+        wait_for(lambda: receiver.requests, 10, "a call in flight", every=0.01)
+        w.stop()
+        runner.join(10)
+        assert not runner.is_alive()
+    sent = [i for i in ids if store.rows[i].status == "sent"]
+    assert 1 <= len(sent) < 50 and store.writes == len(sent) == len(receiver.requests), "every call written"
+    assert w.heartbeat.stopped == "clean"  # type: ignore[attr-defined]
