@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Any
 
 from .herald import RequestResult, RequestStatus
+from .phpjson import UndecodableProperties, decode_properties, encode_compact
 
 HOOK_ERROR = "hook"  # the errorType of a configuration failure; its errorCode is a HookError code
 
@@ -154,3 +155,19 @@ def with_error(properties: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
 
 def retries_forever(properties: dict[str, Any]) -> bool:
     return properties.get("retry") == "forever"
+
+
+def readable_properties(text: str | None) -> tuple[dict[str, Any] | None, str]:
+    """The decoded properties when they can be both read and written back with an outcome, else None
+    and the reason (a number beyond a double, nesting deeper than the encoder goes, not an object...)."""
+    try:
+        properties = decode_properties(text or "")
+        encode_compact(with_error(properties, _WRITE_PROBE))
+    except UndecodableProperties as exc:
+        return None, str(exc)
+    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
+        return None, f"properties cannot be written back: {type(exc).__name__}"
+    return properties, ""
+
+
+_WRITE_PROBE = Outcome(RequestStatus.QUEUED, RequestResult.FAIL, "timeout", 28, attempted=True)

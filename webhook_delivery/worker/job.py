@@ -30,15 +30,15 @@ from ..config import DeliveryConfig
 from ..phorge.databases import MasterUnavailable
 from ..phorge.herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
 from ..phorge.locks import webhook_lock_name
-from ..phorge.outcomes import HOOK_ERROR, SILENT, Outcome, with_error
-from ..phorge.phpjson import UndecodableProperties, decode_properties, encode_compact
+from ..phorge.outcomes import HOOK_ERROR, SILENT, Outcome, readable_properties, with_error
+from ..phorge.phpjson import encode_compact
 from .attempts import AttemptLog, AttemptRecord
 from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
 from .memory import release_free_memory
 from .metrics import Counters, Event
 from .parts import HookLocks, QueueStore
 from .php_watch import PhpWatch
-from .pipeline import Ahead, Writes
+from .pipeline import AHEAD_JOBS, Ahead, Writes
 from .sessions import LockLost
 from .window import Settlement
 
@@ -73,23 +73,7 @@ class JobResult:
 UNREADABLE = Outcome(
     RequestStatus.FAILED, RequestResult.NONE, "hook", "unreadable", attempted=False
 )  # recorded as failed/none/0 only
-_WRITE_PROBE = Outcome(RequestStatus.QUEUED, RequestResult.FAIL, "timeout", 28, attempted=True)
-
-
 UNLOCKED = -1  # the token of a job run without the hook lock (never a lock session's generation)
-
-
-def _readable(text: str | None) -> tuple[dict[str, Any] | None, str]:
-    """The decoded properties when they can be both read and written back with an outcome, else None
-    and the reason (a number beyond a double, nesting deeper than the encoder goes, not an object...)."""
-    try:
-        properties = decode_properties(text or "")
-        encode_compact(with_error(properties, _WRITE_PROBE))
-    except UndecodableProperties as exc:
-        return None, str(exc)
-    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
-        return None, f"properties cannot be written back: {type(exc).__name__}"
-    return properties, ""
 
 
 class _Stop(Exception):
@@ -126,12 +110,23 @@ class JobRunner:
         # At most one write and one claim ahead in flight per job: two helper threads per job that can run.
         self._writer = ThreadPoolExecutor(max_workers=2 * max(1, writers), thread_name_prefix="write")
         self._unlocked = False  # delivering without hook locks now (their master does not answer)
+        self._running = 0  # jobs running now
+        self._count = threading.Lock()
 
     def close(self) -> None:
         """After the last job: the writer threads end."""
         self._writer.shutdown(wait=True)
 
     def run(self, job: Job) -> JobResult:
+        with self._count:
+            self._running += 1
+        try:
+            return self._run(job)
+        finally:
+            with self._count:
+                self._running -= 1
+
+    def _run(self, job: Job) -> JobResult:
         result = JobResult(Settlement(job.hook_phid, job.rows))
         name = webhook_lock_name(self.config.namespace, job.hook_phid)
         try:
@@ -241,7 +236,9 @@ class JobRunner:
         def claim_next() -> None:
             """Just before a call: once the hook has answered, its next row is claimed while the call runs."""
             nonlocal ahead
-            if answered and pending and pending[0].properties is not None:
+            # With many hooks at once the process is bound by its CPU, not by the database's answers: a
+            # claim ahead would cost two thread hand-overs per delivery and win nothing.
+            if answered and pending and pending[0].properties is not None and self._running <= AHEAD_JOBS:
                 held, lock = self.locks.for_claim(name, token) if locked else (True, None)
                 if held:
                     ahead = self._claim_ahead(job, pending.pop(0), lock)
@@ -296,7 +293,7 @@ class JobRunner:
         claim = lambda: self.store.claim(  # noqa: E731
             row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
         )
-        return Ahead.start(self._writer, claim, row, _readable(row.properties))
+        return Ahead.start(self._writer, claim, row, readable_properties(row.properties))
 
     def _deliver_row(
         self,
@@ -345,7 +342,7 @@ class JobRunner:
         claim. Nothing is ever sent that cannot be recorded, so nothing is sent twice or loops.
         """
         self._may_claim(job)
-        readable = (None, problem) if problem else _readable(row.properties)
+        readable = (None, problem) if problem else readable_properties(row.properties)
         version = self.store.claim(
             row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
         )
@@ -393,7 +390,7 @@ class JobRunner:
             )
             return self._poison(row, version, claimed_at, result, "internal error", began)
         self._log_attempt(row, outcome, began, time.monotonic() - claimed_at)
-        new_properties = encode_compact(with_error(properties, outcome))  # cannot fail: _readable() tried it
+        new_properties = encode_compact(with_error(properties, outcome))  # cannot fail: readable_properties() tried it
         writes.start(
             row,
             outcome,

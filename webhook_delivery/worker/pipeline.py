@@ -3,7 +3,8 @@ possible while still following each other one at a time.
 
 * `Writes`: the result of a call is written while the job claims and sends its next row; at most one
   write in flight per job, waited for before the next is handed over and before the hook's lock goes.
-* `Ahead`: once the hook has answered in this job, the next row is claimed while the current call runs.
+* `Ahead`: once the hook has answered in this job, the next row is claimed while the current call runs
+  (while few jobs run: with many, the process is bound by its CPU and the hand-over costs more than it wins).
   A claim changes nothing but dateModified, so a claim no call was made under is taken back exactly
   (`release`), and one that cannot be taken back waits out its lease as after a crash. The next call
   starts only after this one's answer, so the hook still has one call in flight; its deadline still
@@ -27,6 +28,7 @@ from .parts import QueueStore
 from .window import Settlement
 
 AHEAD_MAX_AGE_SEC = 0.25  # what a call's timeout may lose to the wait for the call before it
+AHEAD_JOBS = 2  # claims ahead only while at most this many jobs run: beyond, the process is bound by its CPU
 
 
 class Writes:
