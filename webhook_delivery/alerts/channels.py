@@ -83,6 +83,3 @@ def send_chat(config: AlertConfig, subject: str, body: str) -> None:
     if not 200 <= answer.status < 300:
         refused = 400 <= answer.status < 500 and answer.status not in (408, 429)
         raise ChannelError(f"HTTP {answer.status}", refused=refused)
-
-
-SENDERS = {"email": send_email, "chat": send_chat}

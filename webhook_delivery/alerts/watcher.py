@@ -36,7 +36,7 @@ from ..reads.health import QueueHealth
 from ..reads.replica import on_master
 from . import messages, metrics
 from .conditions import CONDITIONS, Database, Observation, Pass, Remembered
-from .config import AlertConfig
+from .config import PHORGE_CHANNEL, AlertConfig
 from .losses import Loss, Losses
 from .messages import PREFIX, Message
 from .models import KINDS, AlertCondition, AlertNotification
@@ -163,6 +163,8 @@ class Watcher:
     def _notify(self, key: str, kind: str, episode: int, transition: str, said: Message) -> None:
         now = datetime.now(UTC)
         for channel in self.config.channels:
+            if channel == PHORGE_CHANNEL and transition == "event":
+                continue  # a loss is an event, with no start or end: e-mail and chat tell it, no task
             try:
                 with transaction.atomic():
                     AlertNotification.objects.create(
@@ -316,7 +318,3 @@ class Watcher:
     def send_test(self) -> dict[str, str | None]:
         """A test message on every configured channel, now: {channel: None if sent, else the error}."""
         return self.channels.send_test()
-
-    @property
-    def senders(self) -> dict[str, Callable[[AlertConfig, str, str], None]]:
-        return self.channels.senders
