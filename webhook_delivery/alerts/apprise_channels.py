@@ -121,6 +121,16 @@ def _scheme(url: str) -> str:
     return url.split("://", 1)[0].lower()[:32]
 
 
+def _service_scheme(plugin: Any, url: str) -> str:
+    """The scheme Apprise writes the service's URLs with (`slack` for a hooks.slack.com address it reads too)."""
+    try:
+        written = str(plugin.url(privacy=True))
+    except Exception:  # noqa: BLE001 - a plugin that cannot write its URL is named by the one given
+        return _scheme(url)
+    scheme = written.split("://", 1)[0].lower()
+    return scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 32 else _scheme(url)
+
+
 def targets(urls: tuple[str, ...]) -> tuple[AppriseTarget, ...]:
     """The usable URLs of GORGE_ALERT_URLS, named."""
     found = []
@@ -132,7 +142,7 @@ def targets(urls: tuple[str, ...]) -> tuple[AppriseTarget, ...]:
         host = str(getattr(plugin, "host", "") or "") if takes_host else ""
         if not host or any(c in host for c in "@/:?#") or not host.isprintable():
             host = ""
-        found.append(AppriseTarget(url, position, _scheme(url), host[:200].lower()))
+        found.append(AppriseTarget(url, position, _service_scheme(plugin, url), host[:200].lower()))
     return tuple(found)
 
 
