@@ -65,6 +65,8 @@ class Chat:
         self.url = receiver.url("/chat/T0KEN-chat-secret/ok")
         self._open = threading.Event()
         self._open.set()
+        self._lock = threading.Lock()
+        self._accepted: list[Any] = []
         receiver.state.on_receive = self._gate
 
     def _gate(self, received: Any) -> None:
@@ -72,6 +74,11 @@ class Chat:
         if received.path.startswith("/chat/") and not self._open.is_set():
             self._open.wait(20)
             raise ConnectionAbortedError("hung call dropped")
+        if received.path.startswith("/chat/"):
+            # Taken before its answer leaves: the receiver marks a request answered only after sendall(),
+            # which the sender may see (and a test then read) first.
+            with self._lock:
+                self._accepted.append(received)
 
     def hang(self) -> None:
         self._open.clear()
@@ -81,8 +88,6 @@ class Chat:
 
     @property
     def texts(self) -> list[str]:
-        return [
-            json.loads(r.body)["text"]
-            for r in self.receiver.requests
-            if r.path.startswith("/chat/") and r.answered_at  # answered: what the chat service accepted
-        ]
+        """What the chat service accepted (answered, or about to be), in order."""
+        with self._lock:
+            return [json.loads(r.body)["text"] for r in self._accepted]

@@ -24,8 +24,9 @@ conduit transactions, the search engine's *.search answers, UserWhoAmIConduitAPI
 * user.whoami and conduit.ping.
 
 Test controls: `close(task_id, status)` closes a task as a human would, `outage` answers 502 (a proxy
-before a dead Phorge), `stop()` refuses connections, `hold` holds every answer (a hung Phorge). Every token it
-knows is in `tokens`, for a test to prove none reached a log line or a page.
+before a dead Phorge), `stop()` refuses connections, `hold` holds every answer (a hung Phorge), `lose_edits`
+makes the next edits and drops their answers, `can_create` and a task's `editable` refuse by policy. Every token
+it knows is in `tokens`, for a test to prove none reached a log line or a page.
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ class ConduitStandin:
     expired: set[str] = field(default_factory=set)
     outage: bool = False
     hold: bool = False
+    lose_edits: int = 0  # the next edits are made, and their answers lost (the connection drops)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
     _port: int = 0
@@ -488,9 +490,14 @@ def _handler(standin: ConduitStandin) -> type[BaseHTTPRequestHandler]:
             if not parts.path.startswith("/api/"):
                 self._send(404, b"not found", "text/plain")
                 return
-            answer = standin.answer(
-                parts.path.removeprefix("/api/"), self.headers.get("Content-Type") or "", parts.query, body
-            )
+            method = parts.path.removeprefix("/api/")
+            answer = standin.answer(method, self.headers.get("Content-Type") or "", parts.query, body)
+            with standin.lock:
+                lose = method == "maniphest.edit" and standin.lose_edits > 0
+                standin.lose_edits -= 1 if lose else 0
+            if lose:
+                self.close_connection = True  # done in Phorge, and no answer ever comes
+                return
             self._send(200, json.dumps(answer).encode(), "application/json")
 
         def _send(self, status: int, body: bytes, content_type: str) -> None:

@@ -42,7 +42,14 @@ def with_urls(config: AlertConfig, *urls: str) -> AlertConfig:
 
 
 def received(receiver: Receiver, prefix: str) -> list[Any]:
-    return [r for r in receiver.requests if r.path.startswith(prefix) and r.answered_at]
+    """The requests under `prefix` the receiver answered (it marks one answered just after sending its answer,
+    which the sender may see first: a moment's wait for that)."""
+    deadline = time.monotonic() + 2
+    while True:
+        found = [r for r in receiver.requests if r.path.startswith(prefix)]
+        if all(r.answered_at for r in found) or time.monotonic() > deadline:
+            return [r for r in found if r.answered_at]
+        time.sleep(0.01)
 
 
 # -- configuration -------------------------------------------------------------------------------------

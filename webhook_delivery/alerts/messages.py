@@ -471,25 +471,17 @@ def incident_marker(key: str, episode: int) -> str:
     return literal(f"gorge-webhook incident {plain(key, 200)} episode {episode}")
 
 
-@dataclass(frozen=True)
-class TaskText:
-    title: str
-    description: str
-
-
-def task_opened(subject: str, body: str, key: str, episode: int) -> TaskText:
+def task_opened(subject: str, body: str, key: str, episode: int) -> Message:
     """The task of a condition that started: the alert's subject as its title, its words (Phorge's text in
     them) in a literal block, the links below."""
     text, links = split_links(body)
-    parts = [
+    opening = (
         "gorge-webhook opened this task when this alert started. It comments here when the alert changes "
         "materially, and resolves the task when it ends; close the task yourself and it is left alone until "
-        "the alert ends.",
-        literal(text),
-        "\n".join(_link_lines(links)),
-        incident_marker(key, episode),
-    ]
-    return TaskText(subject.strip()[:255], "\n\n".join(part for part in parts if part))
+        "the alert ends."
+    )
+    parts = [opening, literal(text), "\n".join(_link_lines(links)), incident_marker(key, episode)]
+    return Message(subject.strip()[:255], "\n\n".join(part for part in parts if part))
 
 
 def task_changed(body: str, why: str) -> str:

@@ -228,8 +228,8 @@ class PhorgeTasks:
                             note.key,
                             note.episode,
                             (note.pk,),
-                            title=text.title,
-                            text=text.description,
+                            title=text.subject,
+                            text=text.body,
                             facts=facts(note.kind, detail if isinstance(detail, dict) else {}),
                             look_since=None if claimed.tried_at is None else int(claimed.tried_at.timestamp()),
                         )

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from webhook_delivery.alerts.config import PHORGE_CHANNEL
 from webhook_delivery.alerts.watcher import Watcher
 
 
@@ -44,7 +45,7 @@ class Command(BaseCommand):
             failed = False
             for channel, error in watcher.send_test().items():
                 if error is None:
-                    self.stdout.write(f"{channel}: sent")
+                    self.stdout.write(f"{channel}: {'token accepted' if channel == PHORGE_CHANNEL else 'sent'}")
                 else:
                     failed = True
                     self.stdout.write(f"{channel}: FAILED ({error})")
