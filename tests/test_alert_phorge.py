@@ -25,7 +25,7 @@ from tests.processes import wait_for
 from tests.receiver import Receiver
 from tests.test_alert_hardening import HOSTILE, hostile_hook
 from tests.test_alerts import WatcherProcess, alert_config, configure_email, failing_hook
-from webhook_delivery.alerts import messages, metrics, phorge_tasks
+from webhook_delivery.alerts import messages, metrics, phorge_tasks, sending
 from webhook_delivery.alerts.config import AlertConfig, load_alert_config
 from webhook_delivery.alerts.models import AlertChannel, AlertTask
 from webhook_delivery.alerts.watcher import Watcher
@@ -321,6 +321,26 @@ def test_a_policy_refusal_phorge_down_and_a_lost_answer_make_the_task_once(
     assert (row.state, row.task_id) == ("open", 1)
     failing = [r for r in caplog.records if getattr(r, "event", "") == "alert.channel_failing"]
     assert len(failing) == 1, "one outage, logged once, whatever it became meanwhile"
+
+
+@PHORGE_DB
+def test_a_watcher_that_died_after_phorge_made_the_task_leaves_no_second_one(
+    phorge: Phorge, receiver: Receiver, conduit: ConduitStandin, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing_hook(phorge, receiver, "orphan")
+    delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
+    dying = Watcher(phorge_config(conduit), delivery)
+    monkeypatch.setattr(sending.Channels, "_finish", lambda self, channel, send, result: None)
+    dying.tick()  # Phorge makes the task; the watcher dies before it writes anything down
+    monkeypatch.undo()
+    assert len(conduit.task_list()) == 1 and AlertTask.objects.get().state == "creating"
+    Watcher(phorge_config(conduit), delivery).tick()
+    assert AlertTask.objects.get().state == "creating", "its claim holds until it expires"
+    AlertTask.objects.update(claimed_until=datetime.now(UTC) - timedelta(seconds=1))
+    AlertChannel.objects.update(lease_until=None)  # the dead watcher's channel lease, expired too
+    Watcher(phorge_config(conduit), delivery).tick()
+    row = AlertTask.objects.get()
+    assert (row.state, row.task_id) == ("open", 1) and len(conduit.task_list()) == 1
 
 
 @PHORGE_DB

@@ -1,4 +1,5 @@
-"""The two channels: e-mail through Django's e-mail backend, and a Slack/Mattermost-style chat webhook.
+"""E-mail through Django's e-mail backend, and a Slack/Mattermost-style chat webhook (the other channels:
+apprise_channels.py, phorge_tasks.py).
 
 Each send is bounded in total by the channel timeout (outbound.Watchdog: a server that trickles cannot
 stretch it) and reads at most CHAT_ANSWER_BYTES of an answer. Errors are described by kind only (an

@@ -8,10 +8,11 @@ reads), the calls to Conduit in the channel's thread (no database), and what the
 watcher's thread (`settle`).
 
 Once per episode, whatever the number of watchers: an episode's task is claimed by inserting its AlertTask
-row (unique on the condition's key and episode), and only the watcher that inserted it (or that takes over a
-claim left to expire by a dead one) opens the task. A create whose answer never came (Phorge may have made
-the task) is marked, and the next try first looks for the task by the incident line its description ends
-with, among the bot's tasks made since.
+row (unique on the condition's key and episode), and only the watcher that inserted it (or that takes over,
+by a conditional UPDATE, a claim released after a failed try or left to expire by a dead watcher) opens the
+task. A create whose answer never came, or whose watcher died (Phorge may have made the task), is marked,
+and the next try first looks for the task by the incident line its description ends with, among the bot's
+tasks made since.
 
 "Materially" (a comment on the task, at most every COMMENT_EVERY_SEC): the hook entered Phorge's breaker
 backoff, a kind of error not told before appeared, or a count the alert is about (requests failed, due, near
@@ -38,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models.functions import Coalesce
 
 from .. import jsonread, outbound
 from ..phorge_auth.phorge import PhorgeUnknown, phorge_url, safe_error_code
@@ -272,10 +273,15 @@ class PhorgeTasks:
                 )
         except IntegrityError:
             pass
-        won = AlertTask.objects.filter(key=key, episode=episode, state=AlertTask.CREATING).filter(
-            Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+        claimable = AlertTask.objects.filter(key=key, episode=episode, state=AlertTask.CREATING)
+        # Released by the watcher that tried (its try failed, with or without an answer: tried_at says), or
+        # left to expire by one that died: that one may have made the task, so the next try looks first.
+        won = claimable.filter(claimed_until__isnull=True).update(claimed_until=now + self.claim) or (
+            claimable.filter(claimed_until__lt=now).update(
+                claimed_until=now + self.claim, tried_at=Coalesce("tried_at", "created_at")
+            )
         )
-        if not won.update(claimed_until=now + self.claim):
+        if not won:
             return None
         return AlertTask.objects.filter(key=key, episode=episode).first()
 

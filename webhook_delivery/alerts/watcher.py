@@ -8,8 +8,9 @@ Runs as `manage.py watch_webhooks`, or as a daemon thread of `deliver_webhooks`:
 
 Any number of watchers may run: a condition's start (and end) is won by one conditional UPDATE (or one
 INSERT on its unique key), and a channel is sent on by the one watcher holding its lease. A channel that
-fails (SMTP down, a chat URL that hangs) is retried at the next pass, logged once per outage, and never
-holds up the other channel: both are sent from threads, each bounded by the channel timeout.
+fails (SMTP down, a chat URL that hangs, Phorge refusing the token) is retried with a growing wait, logged
+once per outage, and never holds up another: each is sent from a thread of its own, bounded by the channel
+timeout (sending.py; the channels: e-mail, the chat webhook, each Apprise URL, Phorge's incident tasks).
 """
 
 from __future__ import annotations
