@@ -237,9 +237,15 @@ LOGGING = {
         "text": {"()": "webhook_delivery.logformat.TextFormatter"},
         "json": {"()": "webhook_delivery.logformat.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
+        "null": {"class": "logging.NullHandler"},
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
+        # Apprise's own lines can hold a URL with its token (its DEBUG lines name every URL it posts to):
+        # never shown; the watcher says what failed, by channel and kind (alerts/apprise_channels.py).
+        "apprise": {"handlers": ["null"], "level": "CRITICAL", "propagate": False},
         "django.db.backends": {"level": "INFO"},
         # At DEBUG, Django's template engine logs whole contexts, the request's query string included (the
         # OAuth callback's code): never below INFO.

@@ -191,6 +191,7 @@ def site(site_database: SiteDatabase) -> SiteDatabase:
         "delivery_alerts_alertcondition",
         "delivery_alerts_alertnotification",
         "delivery_alerts_alertchannel",
+        "delivery_alerts_alerttask",
         "delivery_alerts_watchedrequest",
         "delivery_alerts_hookloss",
         "delivery_status_workerheartbeat",

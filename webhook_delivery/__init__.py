@@ -11,7 +11,8 @@ The folders are the processes:
   web/       gunicorn: pages, JSON diagnostics, probes and web metrics over reads/; never imports worker/
              or alerts/, and alerts/ never imports web/ or worker/ (tests/unit/test_layout.py)
   records/   Django's own tables: heartbeats, the attempt log, requeue notices, holds
-  alerts/    `manage.py watch_webhooks` (or inside deliver_webhooks): conditions, e-mail and chat channels
+  alerts/    `manage.py watch_webhooks` (or inside deliver_webhooks): conditions, and the channels: e-mail,
+             a chat webhook, Apprise URLs, incident tasks in Phorge through Conduit
   phorge_auth/  Sign in with Phorge (Phorge's OAuth server)
 
 At the root: Django's discovery points (apps, models, admin, urls, checks, management/, templatetags/),

@@ -44,7 +44,33 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         )
     messages.extend(_phorge_settings(config))
     messages.extend(_partitioned(config))
+    messages.extend(_alert_channels())
     return messages
+
+
+def _alert_channels() -> list[CheckMessage]:
+    """Apprise URLs Apprise cannot use (loaded only when GORGE_ALERT_URLS is set), and a Phorge token with no
+    address to send it to."""
+    alert = settings.GORGE_ALERT
+    found: list[CheckMessage] = []
+    if alert.apprise_urls:
+        from .alerts.apprise_channels import problems
+
+        found += [Error(f"GORGE_ALERT_URLS: {problem}", id="gorge.E003") for problem in problems(alert.apprise_urls)]
+    if alert.phorge_token and not alert.phorge_url:
+        from .phorge_auth.phorge import PhorgeUnknown, phorge_url
+
+        try:
+            phorge_url()
+        except PhorgeUnknown as exc:
+            found.append(
+                checks.Warning(
+                    f"GORGE_ALERT_PHORGE_TOKEN is set, but {exc}",
+                    hint="set GORGE_ALERT_PHORGE_URL to Phorge's address (https://...)",
+                    id="gorge.W005",
+                )
+            )
+    return found
 
 
 def _partitioned(config: DeliveryConfig) -> list[CheckMessage]:

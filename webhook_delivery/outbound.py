@@ -5,6 +5,10 @@ A socket timeout bounds each read; a server that trickles a byte at a time never
 runs under a Watchdog that shuts its sockets down once the call's time is up: a blocked read or write then
 fails at once. Answers are read in chunks up to a size, and a bigger one is cut off and said to be too large.
 Errors carry no URL (a chat webhook URL is a secret; a token may ride in one): only their kind.
+
+`post` and `get` are our own calls. `bounded_requests` bounds the calls of code that is not ours (Apprise's
+plugins call `requests.post` themselves): while it runs, every request of that thread, through whatever
+`requests.Session`, goes through one watched adapter that reads each answer itself, up to its size.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ import socket
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
+from requests.adapters import BaseAdapter, HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
@@ -200,6 +204,117 @@ def _read(response: requests.Response, max_bytes: int) -> tuple[bytes, bool]:
         if len(kept) > max_bytes:
             return bytes(kept[:max_bytes]), True
     return bytes(kept), False
+
+
+# -- the calls of code that is not ours ----------------------------------------------------------------
+
+
+@dataclass
+class BoundedCall:
+    """What the requests of one `bounded_requests` block met: their statuses, the kind of each error, and
+    whether an answer was cut off or the time ran out. Safe to log: no URL, no body."""
+
+    seconds: float
+    max_bytes: int
+    watchdog: Watchdog
+    statuses: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    too_large: bool = False
+    adapter: _BoundedAdapter | None = None
+
+    @property
+    def fired(self) -> bool:
+        return self.watchdog.fired
+
+
+class _BoundedAdapter(_WatchedAdapter):
+    """Sends as requests' own adapter does, with its sockets watched, then reads the answer itself, at most
+    `max_bytes` of it (kept as the response's content: the caller never reads the socket), within the
+    call's time. The caller's timeouts give way to the call's: a URL cannot ask for longer."""
+
+    def __init__(self, call: BoundedCall) -> None:
+        super().__init__(max_retries=0)  # no second retry layer under the channel's own
+        self.call = call
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: Any = True,
+        cert: Any = None,
+        proxies: Any = None,
+    ) -> requests.Response:
+        call = self.call
+        request.headers["Accept-Encoding"] = "identity"  # read as sent: nothing to inflate
+        try:
+            response = super().send(
+                request,
+                stream=True,
+                timeout=(call.seconds, call.seconds),
+                verify=verify,
+                cert=cert,
+                proxies=proxies,
+            )
+        except (requests.RequestException, OSError) as exc:
+            call.errors.append(type(exc).__name__)
+            raise
+        try:
+            watch_socket(_response_socket(response))
+            body, too_large = _read(response, call.max_bytes)
+        except Exception as exc:  # noqa: BLE001 - urllib3's read errors, told to the caller as requests' own
+            call.errors.append(type(exc).__name__)
+            raise requests.ConnectionError("the answer could not be read") from None
+        finally:
+            response.close()
+        call.statuses.append(response.status_code)
+        call.too_large = call.too_large or too_large
+        response._content = body  # what requests' own reading would have kept, but bounded
+        response._content_consumed = True  # type: ignore[attr-defined]
+        return response
+
+
+_bounded = threading.local()  # the BoundedCall of the block this thread runs
+_install_lock = threading.Lock()
+_installed = False
+
+
+def _install() -> None:
+    """Route requests' sessions through the bounded adapter of the calling thread's block, if it has one
+    (every other thread, and this one outside the block, get requests' own adapters, untouched)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        plain = requests.Session.get_adapter
+
+        def get_adapter(session: requests.Session, url: str) -> BaseAdapter:
+            call: BoundedCall | None = getattr(_bounded, "call", None)
+            if call is not None and call.adapter is not None and url.lower().startswith(("http://", "https://")):
+                return call.adapter
+            return plain(session, url)
+
+        requests.Session.get_adapter = get_adapter  # type: ignore[method-assign,assignment]
+        _installed = True
+
+
+@contextmanager
+def bounded_requests(seconds: float, max_bytes: int) -> Iterator[BoundedCall]:
+    """Every HTTP(S) request this thread makes meanwhile, through any requests.Session (requests.post
+    included), bounded together: connect to the last byte of the last answer within `seconds` in all (the
+    Watchdog shuts every socket opened in the block once they are up, and a socket opened after that at
+    once), each answer read up to `max_bytes`, redirects as the caller asks. DNS look-ups and a caller's
+    own sleeps are not sockets: they are not cut short."""
+    _install()
+    with watched(seconds) as watchdog:
+        call = BoundedCall(seconds, max_bytes, watchdog)
+        call.adapter = _BoundedAdapter(call)
+        _bounded.call = call
+        try:
+            yield call
+        finally:
+            _bounded.call = None
+            call.adapter.close()
 
 
 class WatchedSMTP(smtplib.SMTP):

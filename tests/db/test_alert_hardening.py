@@ -15,30 +15,21 @@ from typing import Any
 
 import pytest
 
-from tests.support.alert_channels import Chat, Smtp, alert_config, channel_config, configure_email, failing_hook
+from tests.support.alert_channels import (
+    Chat,
+    Smtp,
+    alert_config,
+    channel_config,
+    configure_email,
+    failing_hook,
+    hostile_hook,
+)
 from tests.support.helpers import PHORGE_DB, Phorge
 from tests.support.rawserver import RawServer, read_message, trickling_http
 from tests.support.receiver import Receiver
 from webhook_delivery.alerts import metrics
 from webhook_delivery.alerts.models import AlertChannel, AlertNotification
 from webhook_delivery.alerts.watcher import Watcher
-
-HOSTILE = "<!channel> <https://evil.example|click here> @here @all @channel [x](https://evil.example) &amp;"
-
-
-def hostile_hook(phorge: Phorge, receiver: Receiver, *, error_type: str = "http", error_code: str = "500") -> str:
-    hook = phorge.hook(receiver.url("/hostile/s500"), name=HOSTILE)
-    now = phorge.now()
-    properties = {"retry": "forever", "transactionPHIDs": [], "triggerPHIDs": [hook]}
-    for _ in range(3):
-        phorge.request(
-            hook,
-            properties=json.dumps(properties | {"errorType": error_type, "errorCode": error_code}),
-            lastRequestResult="fail",
-            lastRequestEpoch=now,
-            dateModified=now,
-        )
-    return hook
 
 
 @PHORGE_DB

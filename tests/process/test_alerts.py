@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from typing import Any
 
@@ -16,23 +15,11 @@ import pytest
 
 from tests.support.alert_channels import SECRET, Chat, Smtp, assert_no_secrets, count_in, failing_hook
 from tests.support.helpers import PHORGE_DB, Phorge, mysql_admin, with_event, worker_env
-from tests.support.processes import SiteDatabase, WorkerProcess, manage
+from tests.support.processes import SiteDatabase, WatcherProcess, manage
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
 
 pytestmark = PHORGE_DB
-
-
-class WatcherProcess(WorkerProcess):
-    command = "watch_webhooks"
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                super().stop()
 
 
 @pytest.fixture

@@ -68,6 +68,8 @@ class Chat:
         self.url = receiver.url("/chat/T0KEN-chat-secret/ok")
         self._open = threading.Event()
         self._open.set()
+        self._lock = threading.Lock()
+        self._accepted: list[Any] = []
         receiver.state.on_receive = self._gate
 
     def _gate(self, received: Any) -> None:
@@ -75,6 +77,11 @@ class Chat:
         if received.path.startswith("/chat/") and not self._open.is_set():
             self._open.wait(20)
             raise ConnectionAbortedError("hung call dropped")
+        if received.path.startswith("/chat/"):
+            # Taken before its answer leaves: the receiver marks a request answered only after sendall(),
+            # which the sender may see (and a test then read) first.
+            with self._lock:
+                self._accepted.append(received)
 
     def hang(self) -> None:
         self._open.clear()
@@ -84,11 +91,9 @@ class Chat:
 
     @property
     def texts(self) -> list[str]:
-        return [
-            json.loads(r.body)["text"]
-            for r in self.receiver.requests
-            if r.path.startswith("/chat/") and r.answered_at  # answered: what the chat service accepted
-        ]
+        """What the chat service accepted (answered, or about to be), in order."""
+        with self._lock:
+            return [json.loads(r.body)["text"] for r in self._accepted]
 
 
 SECRET = "s3cret"
@@ -153,3 +158,21 @@ def count_in(texts: list[str], *needles: str) -> int:
 
 def channel_config(**changes: Any) -> AlertConfig:
     return dataclasses.replace(AlertConfig(email_to=("ops@example.com",), channel_timeout_sec=1.5), **changes)
+
+
+HOSTILE = "<!channel> <https://evil.example|click here> @here @all @channel [x](https://evil.example) &amp;"
+
+
+def hostile_hook(phorge: Phorge, receiver: Receiver, *, error_type: str = "http", error_code: str = "500") -> str:
+    hook = phorge.hook(receiver.url("/hostile/s500"), name=HOSTILE)
+    now = phorge.now()
+    properties = {"retry": "forever", "transactionPHIDs": [], "triggerPHIDs": [hook]}
+    for _ in range(3):
+        phorge.request(
+            hook,
+            properties=json.dumps(properties | {"errorType": error_type, "errorCode": error_code}),
+            lastRequestResult="fail",
+            lastRequestEpoch=now,
+            dateModified=now,
+        )
+    return hook

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -116,3 +117,15 @@ class SiteDatabase:
             return list(cursor.fetchall()) if cursor.description else []
         finally:
             admin.close()
+
+
+class WatcherProcess(WorkerProcess):
+    command = "watch_webhooks"
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                super().stop()

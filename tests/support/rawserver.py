@@ -91,3 +91,12 @@ def trickling_http(sock: socket.socket) -> None:
     for byte in b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" * 1000:
         sock.sendall(bytes([byte]))
         time.sleep(0.3)
+
+
+def endless_http(sock: socket.socket) -> None:
+    """Reads the request, then answers 200 with a body that never ends (a 512 MB answer, and more)."""
+    read_message(sock)
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 600000000\r\n\r\n")
+    chunk = b"x" * 65536
+    for _ in range(9000):
+        sock.sendall(chunk)

@@ -13,18 +13,9 @@ from typing import Any
 import pytest
 
 from tests.support.alert_channels import channel_config
-from tests.support.rawserver import RawServer, read_message, trickling_http
+from tests.support.rawserver import RawServer, endless_http, trickling_http
 from webhook_delivery.alerts.channels import ChannelError, send_chat, send_email
 from webhook_delivery.alerts.config import AlertConfig, load_alert_config
-
-
-def endless_http(sock: socket.socket) -> None:
-    """Reads the request, then answers 200 with a body that never ends (a 512 MB answer, and more)."""
-    read_message(sock)
-    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 600000000\r\n\r\n")
-    chunk = b"x" * 65536
-    for _ in range(9000):
-        sock.sendall(chunk)
 
 
 def trickling_smtp(sock: socket.socket) -> None:

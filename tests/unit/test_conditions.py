@@ -177,7 +177,11 @@ def test_a_failing_hook_is_told_from_its_first_failure_and_sustained_until_the_f
     seen = one(Receivers().observe(now))
     assert (seen.key, seen.kind, seen.since) == (f"receiver:{HOOK}", "receiver", NOW - 700)
     assert seen.sustain, "failing for under GORGE_ALERT_FAILING_MINUTES: only kept, not told"
-    assert (seen.hook_phid, seen.hook_name, seen.detail) == (HOOK, "ci builds", {"hook_id": 7, "failed": 3})
+    assert (seen.hook_phid, seen.hook_name, seen.detail) == (
+        HOOK,
+        "ci builds",
+        {"hook_id": 7, "failed": 3, "backoff": False, "error": "http/503"},
+    )
     subject_line(seen.message.subject)
     assert "ci builds" in seen.message.subject
     assert "T12" in seen.message.body and "503" in seen.message.body
@@ -318,3 +322,11 @@ def test_herald_not_answering_is_the_database_condition_with_the_reason() -> Non
     assert Database().observe(MemoryPass(queue())) == []
     ended = Database().ended(dataclasses.replace(remembered(seen), since=NOW - 300), MemoryPass(queue()))
     subject_line(ended.subject)
+
+
+def test_every_condition_has_its_kind_among_those_exported_and_stored() -> None:
+    """models.KINDS names the kinds the metric is exported for and the dashboard lists: one per condition."""
+    from webhook_delivery.alerts.conditions import CONDITIONS
+    from webhook_delivery.alerts.models import KINDS
+
+    assert sorted(KINDS) == sorted(CONDITIONS)

@@ -1,4 +1,5 @@
-"""The two channels: e-mail through Django's e-mail backend, and a Slack/Mattermost-style chat webhook.
+"""E-mail through Django's e-mail backend, and a Slack/Mattermost-style chat webhook (the other channels:
+apprise_channels.py, phorge_tasks.py).
 
 Each send is bounded in total by the channel timeout (outbound.Watchdog: a server that trickles cannot
 stretch it) and reads at most CHAT_ANSWER_BYTES of an answer. Errors are described by kind only (an
@@ -83,6 +84,3 @@ def send_chat(config: AlertConfig, subject: str, body: str) -> None:
     if not 200 <= answer.status < 300:
         refused = 400 <= answer.status < 500 and answer.status not in (408, 429)
         raise ChannelError(f"HTTP {answer.status}", refused=refused)
-
-
-SENDERS = {"email": send_email, "chat": send_chat}

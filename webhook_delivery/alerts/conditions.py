@@ -208,7 +208,13 @@ class Receivers(AtOnce):
                     hook_phid=hook.phid,
                     hook_name=hook.name,
                     sustain=not hook.in_backoff and health.now - start < now.config.failing_sec,
-                    detail={"hook_id": hook.id, "failed": facts.failed},
+                    detail={
+                        "hook_id": hook.id,
+                        "failed": facts.failed,
+                        "backoff": hook.in_backoff,
+                        # the most frequent error, to tell a new kind from the same (phorge_tasks.material)
+                        "error": f"{facts.errors[0][0]}/{facts.errors[0][1]}"[:80] if facts.errors else "",
+                    },
                 )
             )
         return found
@@ -381,4 +387,3 @@ CONDITIONS: dict[str, Condition] = {
     condition.kind: condition
     for condition in (Database(), Receivers(), NoWorker(), PhpDelivering(), Stalled(), Collection())
 }
-KINDS = tuple(CONDITIONS)

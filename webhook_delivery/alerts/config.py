@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import environ as django_environ
 
 from ..config import ConfigError, parse_bool
+from ..phorge_auth.config import address_problem
+
+if TYPE_CHECKING:
+    from .apprise_channels import AppriseTarget
 
 DEFAULT_FROM = "gorge-webhook@localhost"
+DEFAULT_PRIORITY = "high"
+PHORGE_CHANNEL = "phorge"
+# Apprise URLs are separated by blanks or commas; a comma inside one (a list of targets, a query) is not
+# followed by a scheme, so it stays in its URL.
+_URL_SEPARATOR = re.compile(r"[\s,]+(?=[A-Za-z][A-Za-z0-9+.-]*://)")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S")
+# Phorge's Conduit tokens: a type and 28 random characters, 32 in all (PhabricatorConduitToken); cluster
+# tokens (clr-) work only from inside a Phorge cluster.
+_TOKEN = re.compile(r"^(api|cli)-[a-z0-9]{28}$")
+# ManiphestTaskPriority::isValidPriorityKeyword
+_PRIORITY = re.compile(r"^(?![0-9]*$)[a-zA-Z0-9]{1,64}$")
+_TAG = re.compile(r"^(PHID-PROJ-[a-z0-9]+|[^\s,#]{1,128})$")
 
 
 @dataclass(frozen=True)
@@ -18,6 +36,11 @@ class AlertConfig:
     email_to: tuple[str, ...] = ()
     email_from: str = DEFAULT_FROM
     chat_url: str = field(default="", repr=False)  # a secret: never logged, never in an error
+    apprise_urls: tuple[str, ...] = field(default=(), repr=False)  # secrets too: named by scheme and host only
+    phorge_token: str = field(default="", repr=False)  # GORGE_ALERT_PHORGE_TOKEN, a secret
+    phorge_url: str = ""  # GORGE_ALERT_PHORGE_URL; empty: Phorge's address as sign-in finds it
+    phorge_tags: tuple[str, ...] = ()
+    phorge_priority: str = DEFAULT_PRIORITY
     site_url: str = ""  # our dashboard's public address, for links to /hooks/<phid>/
     failing_sec: float = 15 * 60.0  # GORGE_ALERT_FAILING_MINUTES
     gc_warning_sec: float = 24 * 3600.0  # GORGE_ALERT_GC_HOURS
@@ -37,7 +60,20 @@ class AlertConfig:
             configured.append("email")
         if self.chat_url:
             configured.append("chat")
+        configured += [target.name for target in self.apprise_targets]
+        if self.phorge_token:
+            configured.append(PHORGE_CHANNEL)
         return tuple(configured)
+
+    @functools.cached_property
+    def apprise_targets(self) -> tuple[AppriseTarget, ...]:
+        """GORGE_ALERT_URLS as Apprise reads them (Apprise is loaded on first use, by the watcher only);
+        URLs Apprise cannot use are left out (the system check and the watcher say which)."""
+        if not self.apprise_urls:
+            return ()
+        from .apprise_channels import targets
+
+        return targets(self.apprise_urls)
 
 
 def _number(
@@ -69,6 +105,8 @@ def load_alert_config(environ: Mapping[str, str]) -> tuple[AlertConfig, list[Con
         # The URL is a secret: the error never repeats it.
         errors.append(ConfigError("GORGE_ALERT_WEBHOOK_URL", "expected an http:// or https:// URL"))
         chat = ""
+    apprise_urls = _apprise_urls(environ.get("GORGE_ALERT_URLS", ""), errors)
+    phorge = _phorge(environ, errors)
     site = environ.get("GORGE_ALERT_SITE_URL", "").strip().rstrip("/")
     if site and not site.lower().startswith(("http://", "https://")):
         errors.append(ConfigError("GORGE_ALERT_SITE_URL", f"expected an http(s) URL, got {site!r}"))
@@ -91,6 +129,8 @@ def load_alert_config(environ: Mapping[str, str]) -> tuple[AlertConfig, list[Con
         email_to=recipients,
         email_from=environ.get("GORGE_ALERT_EMAIL_FROM", "").strip() or DEFAULT_FROM,
         chat_url=chat,
+        apprise_urls=apprise_urls,
+        **phorge,
         site_url=site,
         failing_sec=_number(environ, "GORGE_ALERT_FAILING_MINUTES", 15 * 60.0, 60.0, errors, maximum=7 * 24 * 60),
         gc_warning_sec=_number(environ, "GORGE_ALERT_GC_HOURS", 24 * 3600.0, 3600.0, errors, maximum=365 * 24),
@@ -102,6 +142,66 @@ def load_alert_config(environ: Mapping[str, str]) -> tuple[AlertConfig, list[Con
         email_settings=email_settings,
     )
     return config, errors
+
+
+def split_urls(raw: str) -> list[str]:
+    return [part.strip(" ,\t\r\n") for part in _URL_SEPARATOR.split(raw.strip()) if part.strip(" ,\t\r\n")]
+
+
+def _apprise_urls(raw: str, errors: list[ConfigError]) -> tuple[str, ...]:
+    urls = []
+    for position, url in enumerate(split_urls(raw), 1):
+        if not _SCHEME.match(url) or any(not c.isprintable() or c.isspace() for c in url):
+            # The URL is a secret: the error says which entry, never what it holds.
+            errors.append(ConfigError("GORGE_ALERT_URLS", f"entry {position} is not a URL (service://...)"))
+            continue
+        urls.append(url)
+    return tuple(urls)
+
+
+def _phorge(environ: Mapping[str, str], errors: list[ConfigError]) -> dict[str, Any]:
+    """GORGE_ALERT_PHORGE_*: the incident task in Phorge, on with a token."""
+    token = environ.get("GORGE_ALERT_PHORGE_TOKEN", "").strip()
+    if token and not _TOKEN.match(token):
+        errors.append(
+            ConfigError(
+                "GORGE_ALERT_PHORGE_TOKEN",
+                "expected a Conduit API token of Phorge (api-... , 32 characters: a bot's Settings > Conduit API "
+                "Tokens)",
+            )
+        )
+        token = ""
+    url = environ.get("GORGE_ALERT_PHORGE_URL", "").strip().rstrip("/")
+    if url:
+        try:
+            allow_http = parse_bool(environ.get("GORGE_PHORGE_ALLOW_HTTP", "").strip() or "false")
+        except ValueError:
+            allow_http = False  # settings.py reports the flag itself
+        problem = address_problem(url, allow_http=allow_http)
+        if problem is None and ("?" in url or "#" in url):
+            problem = "an address with no query or fragment"
+        if problem is not None:
+            errors.append(ConfigError("GORGE_ALERT_PHORGE_URL", f"refused: {problem}"))
+            url = ""
+    tags = []
+    for tag in re.split(r"[\s,]+", environ.get("GORGE_ALERT_PHORGE_TAGS", "").strip()):
+        tag = tag.removeprefix("#")
+        if not tag:
+            continue
+        if not _TAG.match(tag):
+            errors.append(ConfigError("GORGE_ALERT_PHORGE_TAGS", f"not a project's tag or PHID: {tag[:60]!r}"))
+            continue
+        tags.append(tag)
+    priority = environ.get("GORGE_ALERT_PHORGE_PRIORITY", "").strip() or DEFAULT_PRIORITY
+    if not _PRIORITY.match(priority):
+        errors.append(
+            ConfigError(
+                "GORGE_ALERT_PHORGE_PRIORITY",
+                f"expected a Maniphest priority keyword (unbreak, triage, high, normal, low, wish), got {priority!r}",
+            )
+        )
+        priority = DEFAULT_PRIORITY
+    return {"phorge_token": token, "phorge_url": url, "phorge_tags": tuple(tags), "phorge_priority": priority}
 
 
 def _email_url_config(url: str) -> Mapping[str, Any]:

@@ -9,6 +9,7 @@ neither end its quotation nor forge a line.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -424,3 +425,70 @@ def database_up(now: int, since: int, links: Links) -> Message:
         [f"Phorge's herald database answers the alert watcher again, after {duration(now - since)}."],
         links.dashboard(),
     )
+
+
+# -- an incident task in Phorge (Remarkup) -------------------------------------------------------------
+
+_PERCENTS = re.compile("%{3,}")
+LINK_INDENT = "    "  # message() puts each link on a line of its own, so indented, after the text
+_SAFE_LINK = re.compile(r"^https?://[A-Za-z0-9.\-]+(:[0-9]+)?(/[A-Za-z0-9._~%/\-]*)?$")
+
+
+def split_links(body: str) -> tuple[str, list[str]]:
+    """A message's body as its text and its links (the indented lines message() ends it with)."""
+    lines = body.split("\n")
+    links: list[str] = []
+    while lines and lines[-1].startswith(LINK_INDENT):
+        links.insert(0, lines.pop().strip())
+    return "\n".join(lines), links
+
+
+def unmarked(text: str) -> str:
+    """A notification's text without the ALERT / RECOVERED / LOST marker Message.text() put before it."""
+    for marker in MARKERS.values():
+        head = f"{marker:<10} "
+        if text.startswith(head):
+            return text[len(head) :]
+    return text
+
+
+def literal(text: str) -> str:
+    """Text as a Remarkup literal block: Phorge shows it as it is, with no rule applied to it (no mention,
+    object reference, project tag, link or formatting), and it cannot end the block early (every %%% in it
+    is broken by the word joiner)."""
+    shown = _PERCENTS.sub(lambda run: JOINER.join(run.group()), text.strip("\n").replace("\r", " "))
+    return f"%%%{shown}%%%"
+
+
+def _link_lines(links: Sequence[str]) -> list[str]:
+    # Our own addresses (GORGE_ALERT_SITE_URL, Phorge's base URI) with PHIDs and ids of Phorge's in them:
+    # outside the literal block (so Phorge makes them links) only when they are nothing but an address.
+    return [link if _SAFE_LINK.match(link) else literal(link) for link in links]
+
+
+def incident_marker(key: str, episode: int) -> str:
+    """A line that names the incident in its task, so that a task whose creation answer was lost is found."""
+    return literal(f"gorge-webhook incident {plain(key, 200)} episode {episode}")
+
+
+def task_opened(subject: str, body: str, key: str, episode: int) -> Message:
+    """The task of a condition that started: the alert's subject as its title, its words (Phorge's text in
+    them) in a literal block, the links below."""
+    text, links = split_links(body)
+    opening = (
+        "gorge-webhook opened this task when this alert started. It comments here when the alert changes "
+        "materially, and resolves the task when it ends; close the task yourself and it is left alone until "
+        "the alert ends."
+    )
+    parts = [opening, literal(text), "\n".join(_link_lines(links)), incident_marker(key, episode)]
+    return Message(subject.strip()[:255], "\n\n".join(part for part in parts if part))
+
+
+def task_changed(body: str, why: str) -> str:
+    text, _links = split_links(body)
+    return f"The alert changed ({why}). Now:\n\n{literal(text)}"
+
+
+def task_ended(body: str) -> str:
+    text, _links = split_links(unmarked(body))
+    return f"The alert ended, so gorge-webhook resolves this task:\n\n{literal(text)}"

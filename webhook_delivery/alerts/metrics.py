@@ -13,7 +13,9 @@ CONDITIONS_ACTIVE = Gauge(
     ["kind"],
 )
 NOTIFICATIONS_SENT = Counter(
-    "gorge_webhook_alert_notifications_sent", "Alert digests sent, by channel (email, chat).", ["channel"]
+    "gorge_webhook_alert_notifications_sent",
+    "Alert digests sent (task operations, for phorge), by channel (email, chat, phorge, apprise:<scheme>://<host>#n).",
+    ["channel"],
 )
 NOTIFICATIONS_FAILED = Counter(
     "gorge_webhook_alert_notifications_failed",
@@ -28,4 +30,10 @@ NOTIFICATIONS_GIVEN_UP = Counter(
 REQUESTS_LOST = Counter(
     "gorge_webhook_requests_lost_to_collection",
     "Queued requests Phorge's garbage collection deleted before they were delivered (counted once).",
+)
+CONDUIT_ERRORS = Counter(
+    "gorge_webhook_alert_conduit_errors",
+    "Conduit calls of the phorge channel that failed, by Phorge's error code (ERR-INVALID-AUTH, ...), or "
+    "unreachable, http (an HTTP error status), not_conduit (an answer that is not Conduit's).",
+    ["code"],
 )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from django.db import models
 
+CHANNEL_NAME_LENGTH = 255
+
 # Every kind of condition (alerts/conditions.CONDITIONS has one object for each): the metrics show them all.
 KINDS = ("receiver", "collection", "no_worker", "php_delivery", "stalled", "database")
 
@@ -48,7 +50,7 @@ class AlertNotification(models.Model):
     episode = models.PositiveIntegerField()
     transition = models.CharField(max_length=16)  # entered, recovered, or event (a loss)
     kind = models.CharField(max_length=32)
-    channel = models.CharField(max_length=16)
+    channel = models.CharField(max_length=CHANNEL_NAME_LENGTH)  # email, chat, phorge, apprise:<scheme>://<host>#<n>
     subject = models.CharField(max_length=200, blank=True)  # one line: a lone notification's e-mail subject
     text = models.TextField()
     created_at = models.DateTimeField()
@@ -69,18 +71,53 @@ class AlertNotification(models.Model):
 class AlertChannel(models.Model):
     """A channel's sender lease (one watcher at a time sends on it) and its outage state (logged once)."""
 
-    name = models.CharField(max_length=16, unique=True)
+    name = models.CharField(max_length=CHANNEL_NAME_LENGTH, unique=True)
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     failing_since = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=200, blank=True)
     last_sent_at = models.DateTimeField(null=True, blank=True)
+    last_failed_at = models.DateTimeField(null=True, blank=True)
     failures = models.PositiveIntegerField(default=0)  # failed sends in a row: the next waits longer
     retry_at = models.DateTimeField(null=True, blank=True)  # no send before this (backoff after a failure)
     refusals = models.PositiveIntegerField(default=0)  # sends in a row the channel refused as given (4xx)
 
     def __str__(self) -> str:
         return self.name
+
+
+class AlertTask(models.Model):
+    """The Phorge task of one episode of a condition: made once (the watcher that inserts the row makes
+    it), commented on when the condition changes materially, resolved when it ends, left alone once someone
+    else closed it."""
+
+    CREATING = "creating"  # claimed by the watcher that inserted the row; no task in Phorge yet
+    OPEN = "open"
+    RESOLVED = "resolved"  # resolved by this service when the condition ended
+    CLOSED = "closed"  # found closed by someone else (or gone): not touched again this episode
+
+    key = models.CharField(max_length=200)
+    episode = models.PositiveIntegerField()
+    task_id = models.PositiveIntegerField(null=True, blank=True)  # T<id>
+    task_phid = models.CharField(max_length=64, blank=True, verbose_name="task PHID")
+    uri = models.CharField(max_length=500, blank=True)  # Phorge's page of the task
+    state = models.CharField(max_length=16, default=CREATING)
+    claimed_until = models.DateTimeField(null=True, blank=True)  # a claim left by a dead watcher expires
+    # a create whose answer never came (Phorge may have made the task): the next try looks for it first
+    tried_at = models.DateTimeField(null=True, blank=True)
+    told = models.JSONField(default=dict, blank=True)  # the facts the task last said (see phorge_tasks.material)
+    told_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["key", "episode"], name="alert_task_once_per_episode")]
+
+    def __str__(self) -> str:
+        return f"{self.key} #{self.episode}: {self.monogram or self.state}"
+
+    @property
+    def monogram(self) -> str:
+        return f"T{self.task_id}" if self.task_id else ""
 
 
 class WatchedRequest(models.Model):

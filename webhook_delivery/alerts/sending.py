@@ -1,10 +1,16 @@
 """Sending on the channels: each channel sent on by the one watcher holding its lease, from a thread of its
 own bounded by the channel timeout, so that a failing channel never holds up another or a delivery; a failed
 send logged once, counted and retried with a growing wait; notifications a channel keeps refusing given up.
+
+A channel's outlet says what one pass sends on it (`parts`, in the watcher's thread), how each part is sent
+(`starter`, in the channel's thread: no database there) and what the parts that went out leave behind
+(`settle`, in the watcher's thread again). E-mail, the chat webhook and each Apprise URL send digests; the
+`phorge` channel sends task operations (phorge_tasks.py).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
@@ -12,15 +18,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
 from django.db.models import Q
 
-from . import metrics
-from .channels import LIMITS, SENDERS, ChannelError, Limits
-from .config import AlertConfig
+from . import apprise_channels, metrics
+from .channels import LIMITS, ChannelError, Limits, send_chat, send_email
+from .config import PHORGE_CHANNEL, AlertConfig
 from .digests import Digest, Note
 from .digests import digests as split_digests
 from .models import AlertChannel, AlertNotification
+from .phorge_tasks import PhorgeTasks
 
 logger = logging.getLogger("webhook_delivery.alerts.watcher")
 
@@ -37,14 +45,61 @@ class TickResult:
     failed: dict[str, str] = field(default_factory=dict)  # channel: safe error
 
 
+class Outlet(Protocol):
+    def parts(self, pending: list[AlertNotification]) -> list[Any]: ...
+
+    def starter(self) -> Callable[[Any], None]: ...
+
+    def settle(self, done: list[Any], failed: Any | None) -> None: ...
+
+    def test(self) -> None: ...
+
+
+class Digests:
+    """A channel that carries its pending notifications as digests, within its limits."""
+
+    def __init__(self, limits: Limits, sender: Callable[[str, str], None]) -> None:
+        self.limits = limits
+        self.sender = sender
+
+    def parts(self, pending: list[AlertNotification]) -> list[Any]:
+        return digests(pending, self.limits)
+
+    def starter(self) -> Callable[[Any], None]:
+        return lambda part: self.sender(part.subject, part.body)
+
+    def settle(self, done: list[Any], failed: Any | None) -> None:
+        pass  # what went out is marked sent by its notifications' ids
+
+    def test(self) -> None:
+        self.sender(
+            "[gorge-webhook] test message",
+            f"A test message from the gorge-webhook alert watcher on {socket.gethostname()}: this channel works.",
+        )
+
+
+def outlets(config: AlertConfig) -> dict[str, Outlet]:
+    found: dict[str, Outlet] = {
+        "email": Digests(LIMITS["email"], functools.partial(send_email, config)),
+        "chat": Digests(LIMITS["chat"], functools.partial(send_chat, config)),
+    }
+    for target in config.apprise_targets:
+        found[target.name] = Digests(LIMITS["chat"], functools.partial(apprise_channels.send, target, config))
+    if config.phorge_token:
+        found[PHORGE_CHANNEL] = PhorgeTasks(config)
+    return found
+
+
 @dataclass
 class _Send:
     ids: list[int]  # the part being sent (left: the part that failed)
-    thread: threading.Thread
+    thread: threading.Thread | None = None
     sent: list[int] = field(default_factory=list)  # the notifications of the parts that went out
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
     refused: bool = False  # the channel refused what it was given: sending it again gets the same answer
+    finished: list[Any] = field(default_factory=list)  # the parts that went out
+    failed: Any | None = None  # the part that did not
 
 
 class Channels:
@@ -52,7 +107,7 @@ class Channels:
         self.config = config
         self.owner = owner
         self._sending: dict[str, _Send] = {}
-        self.senders: dict[str, Callable[[AlertConfig, str, str], None]] = dict(SENDERS)
+        self.outlets = outlets(config)
 
     def _lease(self, channel: str) -> bool:
         AlertChannel.objects.get_or_create(name=channel)
@@ -85,10 +140,11 @@ class Channels:
             pending = list(
                 AlertNotification.objects.filter(channel=channel, sent_at__isnull=True).order_by("id")[:5000]
             )
-            if not pending:
+            parts = self.outlets[channel].parts(pending)
+            if not parts:
                 self._release(channel)
                 continue
-            started[channel] = self._start(channel, digests(pending, LIMITS.get(channel, LIMITS["chat"])))
+            started[channel] = self._start(channel, parts)
         end = time.monotonic() + self.config.channel_timeout_sec + 2
         for send in started.values():
             send.done.wait(max(0.0, end - time.monotonic()))  # in parallel: a hanging channel costs the other nothing
@@ -98,34 +154,38 @@ class Channels:
             else:
                 self._sending[channel] = send
 
-    def _start(self, channel: str, parts: list[Digest]) -> _Send:
+    def _start(self, channel: str, parts: list[Any]) -> _Send:
         """Send the parts in order from a thread of their own; the first that fails ends the send."""
-        sender = self.senders[channel]
+        sender = self.outlets[channel].starter()
         holder: list[_Send] = []
 
         def run() -> None:
             send = holder[0]
+            part = None
             try:
                 for part in parts:
                     send.ids = list(part.ids)
-                    sender(self.config, part.subject, part.body)
+                    sender(part)
                     send.sent += send.ids
+                    send.finished.append(part)
                 send.ids = []
             except ChannelError as exc:
-                send.error, send.refused = str(exc), exc.refused
+                send.error, send.refused, send.failed = str(exc), exc.refused, part
             except Exception as exc:  # noqa: BLE001 - any failure of a channel is that channel's outage
-                send.error = type(exc).__name__
+                send.error, send.failed = type(exc).__name__, part
             finally:
                 send.done.set()
 
-        send = _Send(ids=[], thread=threading.Thread(target=run, name=f"alert-{channel}", daemon=True))
+        thread = threading.Thread(target=run, name=f"alert-{channel}"[:60], daemon=True)
+        send = _Send(ids=[], thread=thread)
         holder.append(send)
-        send.thread.start()
+        thread.start()
         return send
 
     def _finish(self, channel: str, send: _Send, result: TickResult) -> None:
         self._sending.pop(channel, None)
         now = datetime.now(UTC)
+        self.outlets[channel].settle(send.finished, send.failed)
         if send.sent:
             AlertNotification.objects.filter(pk__in=send.sent, sent_at__isnull=True).update(sent_at=now)
             metrics.NOTIFICATIONS_SENT.labels(channel).inc()
@@ -150,7 +210,7 @@ class Channels:
         refusals = state.refusals + 1 if send.refused else 0
         wait = min(self.config.interval_sec * 2 ** (failures - 1), RETRY_MAX_SEC)
         AlertChannel.objects.filter(name=channel).update(
-            failures=failures, refusals=refusals, retry_at=now + timedelta(seconds=wait)
+            failures=failures, refusals=refusals, retry_at=now + timedelta(seconds=wait), last_failed_at=now
         )
         began = AlertChannel.objects.filter(name=channel, failing_since__isnull=True).update(
             failing_since=now, last_error=send.error[:200]
@@ -176,17 +236,33 @@ class Channels:
         self._release(channel)
 
     def send_test(self) -> dict[str, str | None]:
-        """A test message on every configured channel, now: {channel: None if sent, else the error}."""
-        subject = "[gorge-webhook] test message"
-        body = f"A test message from the gorge-webhook alert watcher on {socket.gethostname()}: this channel works."
+        """A test on every configured channel, now, in parallel: a message on each (the `phorge` channel asks
+        Phorge who its token is); {channel: None if it worked, else the error}."""
         outcome: dict[str, str | None] = {}
-        test = [Digest(subject, body)]
-        sends = {channel: self._start(channel, test) for channel in self.config.channels}
+        sends = {}
+        for channel in self.config.channels:
+            test = self.outlets[channel].test
+            send = _Send(ids=[])
+            thread = threading.Thread(target=_tested, args=(test, send), name=f"alert-test-{channel}"[:60], daemon=True)
+            send.thread = thread
+            thread.start()
+            sends[channel] = send
         end = time.monotonic() + self.config.channel_timeout_sec + 2
         for channel, send in sends.items():
             send.done.wait(max(0.0, end - time.monotonic()))
             outcome[channel] = send.error if send.done.is_set() else "timed out"
         return outcome
+
+
+def _tested(test: Callable[[], None], send: _Send) -> None:
+    try:
+        test()
+    except ChannelError as exc:
+        send.error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - any failure of a channel is that channel's outage
+        send.error = type(exc).__name__
+    finally:
+        send.done.set()
 
 
 def digests(notes: list[AlertNotification], limits: Limits) -> list[Digest]:

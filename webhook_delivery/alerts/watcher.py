@@ -8,8 +8,9 @@ Runs as `manage.py watch_webhooks`, or as a daemon thread of `deliver_webhooks`:
 
 Any number of watchers may run: a condition's start (and end) is won by one conditional UPDATE (or one
 INSERT on its unique key), and a channel is sent on by the one watcher holding its lease. A channel that
-fails (SMTP down, a chat URL that hangs) is retried at the next pass, logged once per outage, and never
-holds up the other channel: both are sent from threads, each bounded by the channel timeout.
+fails (SMTP down, a chat URL that hangs, Phorge refusing the token) is retried with a growing wait, logged
+once per outage, and never holds up another: each is sent from a thread of its own, bounded by the channel
+timeout (sending.py; the channels: e-mail, the chat webhook, each Apprise URL, Phorge's incident tasks).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ..reads.health import QueueHealth
 from ..reads.replica import on_master
 from . import messages, metrics
 from .conditions import CONDITIONS, Database, Observation, Pass, Remembered
-from .config import AlertConfig
+from .config import PHORGE_CHANNEL, AlertConfig
 from .losses import Loss, Losses
 from .messages import PREFIX, Message
 from .models import KINDS, AlertCondition, AlertNotification
@@ -163,6 +164,8 @@ class Watcher:
     def _notify(self, key: str, kind: str, episode: int, transition: str, said: Message) -> None:
         now = datetime.now(UTC)
         for channel in self.config.channels:
+            if channel == PHORGE_CHANNEL and transition == "event":
+                continue  # a loss is an event, with no start or end: e-mail and chat tell it, no task
             try:
                 with transaction.atomic():
                     AlertNotification.objects.create(
@@ -316,7 +319,3 @@ class Watcher:
     def send_test(self) -> dict[str, str | None]:
         """A test message on every configured channel, now: {channel: None if sent, else the error}."""
         return self.channels.send_test()
-
-    @property
-    def senders(self) -> dict[str, Callable[[AlertConfig, str, str], None]]:
-        return self.channels.senders

@@ -10,7 +10,7 @@ from datetime import datetime
 from django.db.models import Count, Min
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..alerts.models import KINDS, AlertCondition, AlertNotification, HookLoss
+from ..alerts.models import KINDS, AlertChannel, AlertCondition, AlertNotification, AlertTask, HookLoss
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class ActiveAlert:
     summary: str
     notified_at: datetime | None  # when the first channel carried the "entered" message; None: not yet
     pending_channels: tuple[str, ...]  # channels that still owe the "entered" message
+    task_monogram: str = ""  # the episode's task in Phorge (T123), once it is made
+    task_uri: str = ""
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -36,11 +38,13 @@ class ActiveAlert:
             "summary": self.summary,
             "notifiedAt": None if self.notified_at is None else int(self.notified_at.timestamp()),
             "pendingChannels": list(self.pending_channels),
+            "task": {"monogram": self.task_monogram, "uri": self.task_uri} if self.task_monogram else None,
         }
 
 
 def active_alerts() -> list[ActiveAlert]:
-    """Every condition active now, oldest first, with when its start was notified (two queries)."""
+    """Every condition active now, oldest first, with when its start was notified and its Phorge task (three
+    queries)."""
     rows = list(AlertCondition.objects.filter(active=True).order_by("since", "key")[:500])
     if not rows:
         return []
@@ -54,20 +58,92 @@ def active_alerts() -> list[ActiveAlert]:
             pending.setdefault(slot, []).append(note["channel"])
         elif slot not in sent or note["sent_at"] < sent[slot]:
             sent[slot] = note["sent_at"]
-    return [
-        ActiveAlert(
-            key=row.key,
-            kind=row.kind,
-            hook_phid=row.hook_phid,
-            hook_name=row.hook_name,
-            since=row.since,
-            entered_at=row.entered_at,
-            summary=row.summary,
-            notified_at=sent.get((row.key, row.episode)),
-            pending_channels=tuple(sorted(pending.get((row.key, row.episode), []))),
+    tasks = {
+        (task.key, task.episode): task
+        for task in AlertTask.objects.filter(key__in=[row.key for row in rows]).exclude(task_id=None)
+    }
+    found = []
+    for row in rows:
+        task = tasks.get((row.key, row.episode))
+        found.append(
+            ActiveAlert(
+                key=row.key,
+                kind=row.kind,
+                hook_phid=row.hook_phid,
+                hook_name=row.hook_name,
+                since=row.since,
+                entered_at=row.entered_at,
+                summary=row.summary,
+                notified_at=sent.get((row.key, row.episode)),
+                pending_channels=tuple(sorted(pending.get((row.key, row.episode), []))),
+                task_monogram=task.monogram if task is not None else "",
+                task_uri=task.uri if task is not None and task.uri.startswith(("https://", "http://")) else "",
+            )
         )
-        for row in rows
-    ]
+    return found
+
+
+@dataclass(frozen=True)
+class ChannelState:
+    """An alert channel as the watchers last left it, by kind and host (never its URL or token)."""
+
+    name: str
+    kind: str  # email, chat, phorge, apprise
+    host: str  # for apprise, the URL's scheme and host (json://127.0.0.1, slack://)
+    last_sent_at: datetime | None
+    last_failed_at: datetime | None
+    failing_since: datetime | None
+    last_error: str
+    pending: int  # notifications waiting for it
+
+    @property
+    def shown(self) -> str:
+        return {"email": "e-mail", "chat": "chat webhook", "phorge": "Phorge tasks"}.get(self.kind, self.host)
+
+    def as_json(self) -> dict[str, object]:
+        def epoch(value: datetime | None) -> int | None:
+            return None if value is None else int(value.timestamp())
+
+        return {
+            "channel": self.name,
+            "kind": self.kind,
+            "host": self.host or None,
+            "lastSentAt": epoch(self.last_sent_at),
+            "lastFailedAt": epoch(self.last_failed_at),
+            "failingSince": epoch(self.failing_since),
+            "lastError": self.last_error or None,
+            "pending": self.pending,
+        }
+
+
+def _kind_and_host(name: str) -> tuple[str, str]:
+    if name.startswith("apprise:"):
+        return "apprise", name.removeprefix("apprise:").rsplit("#", 1)[0]
+    return name, ""
+
+
+def channel_states() -> list[ChannelState]:
+    """Every channel a watcher has sent on, by name (two queries)."""
+    waiting = {
+        str(row["channel"]): int(row["n"])
+        for row in AlertNotification.objects.filter(sent_at__isnull=True).values("channel").annotate(n=Count("id"))
+    }
+    found = []
+    for row in AlertChannel.objects.order_by("name")[:100]:
+        kind, host = _kind_and_host(row.name)
+        found.append(
+            ChannelState(
+                name=row.name,
+                kind=kind,
+                host=host,
+                last_sent_at=row.last_sent_at,
+                last_failed_at=row.last_failed_at,
+                failing_since=row.failing_since,
+                last_error=row.last_error,
+                pending=waiting.get(row.name, 0),
+            )
+        )
+    return found
 
 
 def active_counts() -> dict[str, int]:

@@ -149,6 +149,7 @@ def _operator_json() -> dict[str, Any]:
     try:
         return {
             "alerts": [alert.as_json() for alert in alert_selectors.active_alerts()],
+            "alert_channels": [channel.as_json() for channel in alert_selectors.channel_states()],
             "lost_to_collection": alert_selectors.lost_totals(),
             "holds": [
                 {
@@ -161,7 +162,7 @@ def _operator_json() -> dict[str, Any]:
             ],
         }
     except DatabaseError:
-        return {"alerts": None, "lost_to_collection": None, "holds": None}
+        return {"alerts": None, "alert_channels": None, "lost_to_collection": None, "holds": None}
 
 
 def _settings_json() -> dict[str, Any]:

@@ -90,7 +90,11 @@ def _operator_state(hook_phid: str | None = None, *, hooks: Iterable[HookHealth]
     try:
         alerts = alert_selectors.active_alerts()
         if hook_phid is None:
-            return {"alerts": alerts, "holds": _held(holds.active_holds(), hooks)}
+            return {
+                "alerts": alerts,
+                "holds": _held(holds.active_holds(), hooks),
+                "alert_channels": alert_selectors.channel_states(),
+            }
         hold = holds.hold_of(hook_phid)
         return {
             "alerts": [alert for alert in alerts if alert.hook_phid == hook_phid],

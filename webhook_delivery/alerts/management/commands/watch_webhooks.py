@@ -10,20 +10,24 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from webhook_delivery.alerts.config import PHORGE_CHANNEL
 from webhook_delivery.alerts.watcher import Watcher
 
 
 class Command(BaseCommand):
     help = (
-        "Watch Phorge's webhook queue and tell someone (e-mail, chat webhook) when a receiver breaks, delivery "
-        "stalls, or requests near (or lost to) Phorge's 7-day collection; each condition once when it starts "
-        "and once when it ends, however many watchers run."
+        "Watch Phorge's webhook queue and tell someone (e-mail, a chat webhook, Apprise URLs, a task in Phorge) "
+        "when a receiver breaks, delivery stalls, or requests near (or lost to) Phorge's 7-day collection; each "
+        "condition once when it starts and once when it ends, however many watchers run."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="one pass, then exit 0 (for a cron or systemd timer)")
         parser.add_argument(
-            "--test", action="store_true", help="send a test message to every configured channel; exit 0 if all arrived"
+            "--test",
+            action="store_true",
+            help="send a test message to every configured channel (the phorge channel: check its token); exit 0 "
+            "if all worked, else name each that failed",
         )
         parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
 
@@ -34,11 +38,14 @@ class Command(BaseCommand):
         watcher = Watcher(config)
         if options["test"]:
             if not config.channels:
-                raise CommandError("no alert channel configured (GORGE_ALERT_EMAIL_TO, GORGE_ALERT_WEBHOOK_URL)")
+                raise CommandError(
+                    "no alert channel configured (GORGE_ALERT_EMAIL_TO, GORGE_ALERT_WEBHOOK_URL, GORGE_ALERT_URLS, "
+                    "GORGE_ALERT_PHORGE_TOKEN)"
+                )
             failed = False
             for channel, error in watcher.send_test().items():
                 if error is None:
-                    self.stdout.write(f"{channel}: sent")
+                    self.stdout.write(f"{channel}: {'token accepted' if channel == PHORGE_CHANNEL else 'sent'}")
                 else:
                     failed = True
                     self.stdout.write(f"{channel}: FAILED ({error})")

@@ -1,0 +1,182 @@
+"""Any chat through Apprise (GORGE_ALERT_URLS): each URL a channel of its own, sent on by sending.py like the
+others (a lease, a thread, backoff, refusals given up).
+
+A URL is a secret (a token is the host part of many of them: `slack://T.../B.../x...`, `tgram://<bot token>/`),
+so it is named by its scheme and its host, the host only where Apprise's service takes a host there
+(`json://`, `mmosts://`, `matrixs://`, `ntfys://...`): `apprise:json://127.0.0.1#1`, `apprise:slack#2`.
+
+A send is bounded as the other channels are: Apprise's plugins call `requests` themselves, so the plugin runs
+inside outbound.bounded_requests, which routes every request of the sending thread through one watched
+adapter (the Watchdog shuts its sockets once GORGE_ALERT_CHANNEL_TIMEOUT_SEC is up; each answer is read up
+to ANSWER_BYTES). Services that do not send over HTTP (mail, IRC, MQTT, XMPP, syslog, the desktop ones) open
+sockets of their own that nothing here can shut: they are refused (`problem`), e-mail having its own channel.
+
+The text is declared plain text (`body_format=text`): Apprise then escapes it for the services that read
+Markdown or HTML (backslashes before Markdown's punctuation, entities for HTML, Slack's &, < and >), and the
+neutralising of messages.plain() (no mention, link or line of Phorge's) holds in every service, those that
+read plain text as Markdown (Mattermost) included. Apprise's own log lines can hold a URL with its token
+(its DEBUG lines do): its logger is silenced (gorge_site/settings.py), and failures are told by our lines,
+by kind (an HTTP status, an exception's class).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import outbound
+from .channels import ChannelError
+from .config import AlertConfig
+
+ANSWER_BYTES = 64 * 1024
+# Apprise plugin modules that open sockets of their own (read from Apprise 2.3.0's plugins: these import
+# socket, smtplib or a client library instead of requests); tests/process/test_alert_apprise.py reads the installed
+# Apprise again, so an upgrade that adds one fails the suite until it is listed.
+NOT_HTTP = frozenset(
+    {
+        "amqp",
+        "aprs",
+        "blink1",
+        "dbus",
+        "email",
+        "glib",
+        "gnome",
+        "growl",
+        "irc",
+        "macosx",
+        "mqtt",
+        "nostr",
+        "rsyslog",
+        "smpp",
+        "syslog",
+        "windows",
+        "xmpp",
+    }
+)
+
+
+@dataclass(frozen=True)
+class AppriseTarget:
+    url: str = field(repr=False)
+    position: int  # its place in GORGE_ALERT_URLS, from 1
+    scheme: str
+    host: str  # the service's host, when the URL names one there; "" when that part is a token
+
+    @property
+    def label(self) -> str:
+        """The URL as shown: its scheme and host, nothing else."""
+        return f"{self.scheme}://{self.host}" if self.host else f"{self.scheme}://"
+
+    @property
+    def name(self) -> str:
+        """The channel's name in Django's database (AlertChannel.name, AlertNotification.channel)."""
+        return f"apprise:{self.label.removesuffix('://')}#{self.position}"
+
+
+def _apprise() -> Any:
+    import apprise
+
+    return apprise
+
+
+@functools.lru_cache(maxsize=1)
+def _asset() -> Any:
+    apprise = _apprise()
+    # Nothing kept on disk between sends (Apprise's persistent store caches lookups, tokens among them).
+    return apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY)
+
+
+def _plugin(url: str) -> Any:
+    """A fresh plugin for the URL (none kept between sends: no throttling wait left from an earlier one),
+    or None when Apprise cannot read it."""
+    return _apprise().Apprise.instantiate(url, asset=_asset(), suppress_exceptions=True)
+
+
+def _module(plugin: Any) -> str:
+    """The plugin's family in Apprise (`custom_json`, `email`, `irc`, ...), by its class and those it comes from."""
+    for cls in type(plugin).__mro__:
+        parts = cls.__module__.split(".")
+        if len(parts) >= 3 and parts[:2] == ["apprise", "plugins"] and parts[2] in NOT_HTTP:
+            return parts[2]
+    parts = type(plugin).__module__.split(".")
+    return parts[2] if len(parts) >= 3 else ""
+
+
+def problem(url: str, plugin: Any = None) -> str | None:
+    """Why Apprise cannot carry alerts to `url` (None: it can); safe to show (no part of the URL)."""
+    if plugin is None:
+        plugin = _plugin(url)
+    if plugin is None:
+        return "not a URL Apprise knows (an unknown service, or a part missing)"
+    if _module(plugin) in NOT_HTTP:
+        return (
+            f"{plugin.service_name} does not send over HTTP, so a send could not be bounded in time "
+            "(e-mail has its own channel: GORGE_ALERT_EMAIL_TO)"
+        )
+    return None
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower()[:32]
+
+
+def _service_scheme(plugin: Any, url: str) -> str:
+    """The scheme Apprise writes the service's URLs with (`slack` for a hooks.slack.com address it reads too)."""
+    try:
+        written = str(plugin.url(privacy=True))
+    except Exception:  # noqa: BLE001 - a plugin that cannot write its URL is named by the one given
+        return _scheme(url)
+    scheme = written.split("://", 1)[0].lower()
+    return scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 32 else _scheme(url)
+
+
+def targets(urls: tuple[str, ...]) -> tuple[AppriseTarget, ...]:
+    """The usable URLs of GORGE_ALERT_URLS, named."""
+    found = []
+    for position, url in enumerate(urls, 1):
+        plugin = _plugin(url)
+        if problem(url, plugin) is not None:
+            continue
+        takes_host = "host" in getattr(plugin, "template_tokens", {})
+        host = str(getattr(plugin, "host", "") or "") if takes_host else ""
+        if not host or any(c in host for c in "@/:?#") or not host.isprintable():
+            host = ""
+        found.append(AppriseTarget(url, position, _service_scheme(plugin, url), host[:200].lower()))
+    return tuple(found)
+
+
+def problems(urls: tuple[str, ...]) -> list[str]:
+    """What is wrong with each unusable entry of GORGE_ALERT_URLS, by its place and scheme."""
+    return [
+        f"entry {position} ({_scheme(url)}://): {reason}"
+        for position, url in enumerate(urls, 1)
+        if (reason := problem(url)) is not None
+    ]
+
+
+def send(target: AppriseTarget, config: AlertConfig, subject: str, body: str) -> None:
+    """One message through Apprise, bounded in total by the channel timeout; raises ChannelError."""
+    timeout = config.channel_timeout_sec
+    apprise = _apprise()
+    plugin = _plugin(target.url)
+    if plugin is None:
+        raise ChannelError("not a URL Apprise knows", refused=True)
+    with outbound.bounded_requests(timeout, ANSWER_BYTES) as call:
+        try:
+            accepted = plugin.notify(body=body, title=subject, body_format=apprise.NotifyFormat.TEXT)
+        except Exception as exc:  # noqa: BLE001 - a plugin's failure is this channel's failure, told by kind
+            raise ChannelError(type(exc).__name__) from None
+    if accepted:
+        return
+    if call.fired:
+        raise ChannelError(f"no complete answer within {timeout:g} s")
+    refusal = next((status for status in reversed(call.statuses) if not 200 <= status < 300), None)
+    if refusal is not None:
+        refused = 400 <= refusal < 500 and refusal not in (408, 429)
+        raise ChannelError(f"HTTP {refusal}", refused=refused)
+    if call.errors:
+        raise ChannelError(call.errors[-1])
+    if call.too_large:
+        raise ChannelError(f"an answer over {ANSWER_BYTES // 1024} KiB, cut off")
+    raise ChannelError(f"{plugin.service_name} did not take the message")
