@@ -11,8 +11,6 @@ import json
 import logging
 import re
 import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,9 +18,9 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from tests.support import ROOT
 from tests.support.alert_channels import HOSTILE, Smtp, _free_port, alert_config, configure_email, hostile_hook
 from tests.support.helpers import PHORGE_DB, Phorge, worker_env
+from tests.support.processes import SiteDatabase, manage
 from tests.support.rawserver import RawServer, endless_http, trickling_http
 from tests.support.receiver import Receiver
 from webhook_delivery.alerts import apprise_channels, metrics
@@ -275,21 +273,19 @@ def test_a_hanging_url_is_logged_once_counted_backed_off_and_holds_up_no_other(
 @pytest.mark.slow
 @PHORGE_DB
 def test_watch_test_sends_to_each_url_and_names_each_that_fails_by_scheme_and_host(
-    phorge: Phorge, receiver: Receiver, smtp: Smtp, site: str
+    phorge: Phorge, receiver: Receiver, smtp: Smtp, site: SiteDatabase
 ) -> None:
     closed = _free_port()  # nothing listens there
     urls = f"json://127.0.0.1:{receiver.port}/works/ok,json://localhost:{closed}/SECRET9"
     env = worker_env(
-        DATABASE_URL=site,
+        DATABASE_URL=site.url,
         EMAIL_URL=f"smtp://127.0.0.1:{smtp.port}",
         GORGE_ALERT_EMAIL_TO="ops@example.com",
         GORGE_ALERT_URLS=urls,
         GORGE_ALERT_CHANNEL_TIMEOUT_SEC="3",
     )
-    done = subprocess.run(
-        [sys.executable, "manage.py", "watch_webhooks", "--test"], cwd=ROOT, env=env, capture_output=True, timeout=90
-    )
-    output = (done.stdout + done.stderr).decode()
+    done = manage("watch_webhooks", "--test", env=env, ok=False, timeout=90)
+    output = done.stdout + done.stderr
     assert done.returncode == 1, output
     assert "email: sent" in output
     assert "apprise:json://127.0.0.1#1: sent" in output

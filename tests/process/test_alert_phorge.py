@@ -21,7 +21,7 @@ import pytest
 from tests.support.alert_channels import HOSTILE, Smtp, alert_config, configure_email, failing_hook, hostile_hook
 from tests.support.helpers import PHORGE_DB, Phorge, viewer
 from tests.support.phorge_conduit_standin import ConduitStandin
-from tests.support.processes import WatcherProcess
+from tests.support.processes import SiteDatabase, WatcherProcess
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
 from webhook_delivery.alerts import messages, metrics, phorge_tasks, sending
@@ -404,11 +404,11 @@ def watchers(workers: Any) -> Any:
 @pytest.mark.slow
 @PHORGE_DB
 def test_two_watcher_processes_make_one_task_per_episode_and_resolve_each_once(
-    phorge: Phorge, receiver: Receiver, conduit: ConduitStandin, smtp: Smtp, site: str, watchers: Any
+    phorge: Phorge, receiver: Receiver, conduit: ConduitStandin, smtp: Smtp, site: SiteDatabase, watchers: Any
 ) -> None:
     hooks = [failing_hook(phorge, receiver, f"pair{i}") for i in range(8)]
     env = {
-        "DATABASE_URL": site,
+        "DATABASE_URL": site.url,
         "EMAIL_URL": f"smtp://127.0.0.1:{smtp.port}",
         "GORGE_ALERT_EMAIL_TO": "ops@example.com",
         "GORGE_ALERT_PHORGE_TOKEN": conduit.token,

@@ -236,8 +236,7 @@ class JobRunner:
         def claim_next() -> None:
             """Just before a call: once the hook has answered, its next row is claimed while the call runs."""
             nonlocal ahead
-            # With many hooks at once the process is bound by its CPU, not by the database's answers: a
-            # claim ahead would cost two thread hand-overs per delivery and win nothing.
+            # With many hooks at once the process is bound by its CPU, not by the database's answers.
             if answered and pending and pending[0].properties is not None and self._running <= AHEAD_JOBS:
                 held, lock = self.locks.for_claim(name, token) if locked else (True, None)
                 if held:
@@ -397,6 +396,7 @@ class JobRunner:
             lambda: self._write(
                 row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
             ),
+            here=self._running > AHEAD_JOBS,
         )
         return outcome
 

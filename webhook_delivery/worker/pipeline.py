@@ -1,8 +1,9 @@
 """What a job hands to the runner's helper threads, so that a hook's calls wait on the database as little as
 possible while still following each other one at a time.
 
-* `Writes`: the result of a call is written while the job claims and sends its next row; at most one
-  write in flight per job, waited for before the next is handed over and before the hook's lock goes.
+* `Writes`: the result of a call is written while the job claims and sends its next row (while few jobs
+  run; with many, on the job's own thread); at most one write in flight per job, waited for before the next
+  is handed over and before the hook's lock goes.
 * `Ahead`: once the hook has answered in this job, the next row is claimed while the current call runs
   (while few jobs run: with many, the process is bound by its CPU and the hand-over costs more than it wins).
   A claim changes nothing but dateModified, so a claim no call was made under is taken back exactly
@@ -28,7 +29,7 @@ from .parts import QueueStore
 from .window import Settlement
 
 AHEAD_MAX_AGE_SEC = 0.25  # what a call's timeout may lose to the wait for the call before it
-AHEAD_JOBS = 2  # claims ahead only while at most this many jobs run: beyond, the process is bound by its CPU
+AHEAD_JOBS = 2  # writes and claims ahead only while at most this many jobs run: beyond, the CPU is the limit
 
 
 class Writes:
@@ -39,8 +40,13 @@ class Writes:
         self._take = take
         self._pending: tuple[RequestRow, Outcome, Future[int | None]] | None = None
 
-    def start(self, row: RequestRow, outcome: Outcome, write: Callable[[], int | None]) -> None:
+    def start(self, row: RequestRow, outcome: Outcome, write: Callable[[], int | None], *, here: bool = False) -> None:
+        """Start the write of `row`'s result; `here`: on this thread, now (with many jobs running, the other
+        jobs' calls fill the wait, and a hand-over to another thread would only cost CPU)."""
         self.settle()  # the one before: a job never has two writes in flight
+        if here:
+            self._take(row, outcome, write())
+            return
         self._pending = (row, outcome, self._executor.submit(write))
 
     def settle(self) -> None:
