@@ -6,9 +6,10 @@ or timed-out attempt: the rest of its rows go back to the window for a later tur
 costs one timeout per turn, never a batch of them. Every statement goes through the process's session
 pool; the lock lives on the process's lock session.
 
-A result is written on a helper thread while the job claims and sends its next row, and once the hook has
-answered, the next row is claimed while the current call runs (pipeline.py): the hook's calls stop waiting
-on the database, and still follow each other one at a time. The write starts the moment the answer is in,
+While few jobs run, a result is written on a helper thread while the job claims and sends its next row,
+and once the hook has answered, the next row is claimed while the current call runs (pipeline.py): the
+hook's calls stop waiting on the database, and still follow each other one at a time. With many jobs the
+other hooks' calls fill those waits, and both stay on the job's thread. The write starts the moment the answer is in,
 so the window in which a crash leaves a delivered row to be sent again is as wide as it was; a result is
 still written only under its claim.
 """
