@@ -20,7 +20,7 @@ from tests.support.rawserver import RawServer, read_request
 from tests.support.receiver import Receiver
 from webhook_delivery.config import default_blacklist
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
-from webhook_delivery.worker import transport
+from webhook_delivery.worker import http1, transport
 
 
 def attempt(uri: str, *, timeout: float = 2.0, blacklist: Any = (), resolver: Any = system_resolver) -> Any:
@@ -238,8 +238,7 @@ def test_tls_is_verified_by_host_name_on_the_pinned_address(
     with _tls_server(cert, key) as server:
         assert attempt(f"https://localhost:{server.port}/x") == outcome(60)  # unknown issuer
         trusting = ssl.create_default_context(cafile=str(cert))
-        trusting.sslsocket_class = transport._DeadlineSSLSocket
-        monkeypatch.setattr(transport, "_TLS_CONTEXT", trusting)
+        monkeypatch.setattr(http1, "TLS_CONTEXT", trusting)
         assert attempt(f"https://localhost:{server.port}/x") == outcome(200)
         assert attempt(f"https://127.0.0.1:{server.port}/x") == outcome(60)  # name mismatch
 

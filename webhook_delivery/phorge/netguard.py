@@ -9,6 +9,7 @@ same check on every redirect hop. International names are converted with IDNA 20
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import ipaddress
 import re
 import socket
@@ -75,8 +76,10 @@ def _ascii_hostname(host: str) -> str:
     return host
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_target(uri: str) -> Target:
-    """Split a hook URI (or a redirect location already made absolute) or refuse it."""
+    """Split a hook URI (or a redirect location already made absolute) or refuse it. Pure, so remembered:
+    a hook's URI is parsed once, not on every delivery."""
     if not uri or uri != uri.lstrip() or _AMBIGUOUS.match(uri):
         raise InvalidURI("unparseable URI")
     try:
@@ -105,6 +108,33 @@ def parse_target(uri: str) -> Target:
         target = f"{target}?{parts.query}"
     userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
     return Target(parts.scheme, host, port, target, userinfo)
+
+
+_PATH_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-~!$&'()*+,;=:@/")
+_QUERY_SAFE = _PATH_SAFE | {"?"}
+_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def _percent_encoded(part: str, safe: frozenset[str]) -> str:
+    if "%" not in part and part.isascii() and all(ch in safe for ch in part):
+        return part
+    # A part whose every % starts an escape is taken as encoded already: its escapes stay (upper-cased).
+    part, escapes = _ENCODED.subn(lambda match: match.group(0).upper(), part)
+    raw = part.encode("utf-8", "surrogatepass")
+    keep_percent = escapes == raw.count(b"%")
+    return "".join(
+        chr(byte) if (byte < 128 and chr(byte) in safe) or (keep_percent and byte == 0x25) else f"%{byte:02X}"
+        for byte in raw
+    )
+
+
+def encode_target(target: str) -> str:
+    """The request target as it goes on the wire: characters a URI may not carry percent-encoded (UTF-8),
+    escapes already there kept, the fragment dropped. The rules of RFC 3986 as urllib3 applied them,
+    which is what the delivery path sent before it wrote its own requests."""
+    path, question, query = target.partition("#")[0].partition("?")
+    encoded = _percent_encoded(path, _PATH_SAFE)
+    return f"{encoded}?{_percent_encoded(query, _QUERY_SAFE)}" if question else encoded
 
 
 class _Lookups:
