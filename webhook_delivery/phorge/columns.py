@@ -18,14 +18,15 @@ _NAMED = re.compile(r"%\((\w+)\)s")
 
 
 @lru_cache(maxsize=512)
-def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+def positional_sql(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`sql` with each `%(name)s` as `%s`, and the names in their order."""
     return _NAMED.sub("%s", sql), tuple(_NAMED.findall(sql))
 
 
 def positional(sql: str, params: Mapping[str, Any]) -> tuple[str, list[Any]]:
     """`sql` with each `%(name)s` as `%s`, and the values in their order. Statements are written with names;
     the driver gets positions, because MySQLdb encodes and escapes a dict's keys on every call."""
-    text, names = _positional(sql)
+    text, names = positional_sql(sql)
     return text, [params[name] for name in names]
 
 

@@ -304,8 +304,11 @@ class Store:
     def release_claim(self, row_id: int, version: int, *, previous: int) -> bool:
         """Undo a claim no call was made under: dateModified back to `previous` (the version claimed from) if
         the row is still under our claim `version`. Nothing else was changed, so the row is as it was."""
+        params = {"id": row_id, "version": version, "previous": previous}
+        if self.is_mysql and self.pool is not None:
+            return self.pool.change(self._release_sql, params)[0] == 1
         with self._cursor() as cursor:
-            _execute(cursor, self._release_sql, {"id": row_id, "version": version, "previous": previous})
+            _execute(cursor, self._release_sql, params)
             return bool(cursor.rowcount == 1)
 
     def write_outcome(
@@ -327,6 +330,9 @@ class Store:
 
         MySQL hands the value back through LAST_INSERT_ID(expr), SQLite through RETURNING: one round trip.
         """
+        if self.is_mysql and self.pool is not None:
+            matched, written = self.pool.change(sql, params)
+            return written if matched == 1 else None
         with self._cursor() as cursor:
             _execute(cursor, sql, params)
             if self.is_mysql:
