@@ -91,7 +91,7 @@ def run_worker(args: argparse.Namespace, workdir: Path) -> None:
     from django.conf import settings
 
     from webhook_delivery.phorge import payload
-    from webhook_delivery.worker import job, transport
+    from webhook_delivery.worker import job, results, transport
     from webhook_delivery.worker import loop as worker
     from webhook_delivery.worker.dispatcher import Dispatcher
     from webhook_delivery.worker.sessions import LockSession
@@ -102,6 +102,7 @@ def run_worker(args: argparse.Namespace, workdir: Path) -> None:
     for name in (
         "claim",
         "write_outcome",
+        "write_then_claim",
         "recent_failures",
         "hooks",
         "fetch",
@@ -119,7 +120,7 @@ def run_worker(args: argparse.Namespace, workdir: Path) -> None:
     timers.wrap(payload, "build_payload", "  payload.build_payload")
     timers.wrap(payload, "sign", "  payload.sign")
     timers.wrap(job.JobRunner, "run", "job.run (one hook's job)")
-    timers.wrap(job.JobRunner, "_record", "job._record (metrics + log line)")
+    timers.wrap(results.Results, "record", "results.record (metrics + log line)")
     timers.wrap(worker.Worker, "_poll_and_schedule", "worker._poll_and_schedule (main thread)")
     # The dispatcher module imported these names directly: wrap its references too.
     import webhook_delivery.worker.dispatcher as dispatcher_module

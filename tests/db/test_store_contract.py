@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.helpers import PHORGE_DB, Phorge
-from tests.support.store_contract import OnMariaDB, StoreContract
+from tests.support.store_contract import OnMariaDB, OnPooledMariaDB, StoreContract
 
 
 @PHORGE_DB
@@ -18,3 +18,13 @@ class TestOnMariaDB(StoreContract):
         store = OnMariaDB(phorge)
         yield store
         store.clock.release()
+
+
+@PHORGE_DB
+class TestOnPooledMariaDB(StoreContract):
+    @pytest.fixture
+    def seeded(self, phorge: Phorge) -> Iterator[OnPooledMariaDB]:
+        store = OnPooledMariaDB(phorge)
+        yield store
+        store.clock.release()
+        store.pool.close()

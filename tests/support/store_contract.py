@@ -5,12 +5,15 @@ them on its store: tests/unit/test_store_contract.py on the twin, tests/db/test_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Protocol
 
 from tests.support.clock import PhorgeClock
 from tests.support.helpers import Phorge
+from webhook_delivery.config import PHORGE_ALIAS
 from webhook_delivery.phorge.herald import RequestRow
+from webhook_delivery.worker.sessions import SessionPool
 from webhook_delivery.worker.store import INLINE_PROPERTIES, Store
 from webhook_delivery.worker.twins import MemoryStore
 
@@ -73,6 +76,23 @@ class OnMariaDB:
         found, _now = self.store.fetch([row_id])
         [row] = found
         return row
+
+
+class OnPooledMariaDB(OnMariaDB):
+    """The same tables through a session pool of one connection, as the delivery threads use the store: the
+    claims and writes in the driver's own calls, a write and a claim in one round trip. The pool's session
+    keeps the fixed clock too."""
+
+    def __init__(self, phorge: Phorge) -> None:
+        super().__init__(phorge)
+        self.pool = SessionPool(PHORGE_ALIAS, 1)
+        self.store = Store(pool=self.pool)
+        self.at(NOW)
+
+    def at(self, now: int) -> None:
+        super().at(now)
+        with self.pool.connection() as wrapper, wrapper.cursor() as cursor:
+            cursor.execute("SET timestamp = %s", (now,))
 
 
 def _row_fields(columns: dict[str, Any]) -> dict[str, Any]:
@@ -154,6 +174,32 @@ class StoreContract:
         seeded.store.write_outcome(row_id, again, status="sent", result="okay", attempted=True, properties=None)
         assert not seeded.store.release_claim(row_id, again, previous=before.date_modified), "a written row stays"
         assert seeded.row(row_id).status == "sent"
+
+    def test_a_result_and_the_next_claim_are_written_together_each_on_its_own(self, seeded: Seeded) -> None:
+        hook = seeded.hook("PHID-HWBH-contractcontract0010")
+        first, second, third = (seeded.request(hook, created=NOW - 10) for _ in range(3))
+        version = seeded.store.claim(seeded.row(first), lease=LEASE, retry_backoff=RETRY)
+        assert version == NOW
+        seeded.at(NOW + 1)
+        sent = ("sent", "okay", True, None)
+        both = seeded.store.write_then_claim(
+            (first, version), sent, seeded.row(second), lease=LEASE, retry_backoff=RETRY
+        )
+        assert both == (NOW + 1, NOW + 1, True)
+        assert seeded.row(first).status == "sent" and seeded.row(second).date_modified == NOW + 1
+        # A write whose claim is gone does not stop the claim after it...
+        lost = seeded.store.write_then_claim(
+            (first, version), sent, seeded.row(third), lease=LEASE, retry_backoff=RETRY
+        )
+        assert lost == (None, NOW + 1, True)
+        # ...and a claim lost does not undo the write before it.
+        stale = dataclasses.replace(seeded.row(third), date_modified=NOW - 10)
+        failed = ("queued", "fail", True, '{"retry":"forever"}')
+        taken = seeded.store.write_then_claim((second, NOW + 1), failed, stale, lease=LEASE, retry_backoff=RETRY)
+        assert taken == (NOW + 1, None, True)
+        row = seeded.row(second)
+        assert (row.status, row.last_result, row.last_epoch, row.properties) == ("queued", "fail", NOW + 1, failed[3])
+        assert seeded.row(third).date_modified == NOW + 1, "claimed once, by the first of the two"
 
     def test_a_failed_forever_request_waits_the_retry_backoff_not_the_lease(self, seeded: Seeded) -> None:
         hook = seeded.hook("PHID-HWBH-contractcontract0005")

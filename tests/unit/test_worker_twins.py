@@ -16,6 +16,7 @@ from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
 from webhook_delivery.config import DeliveryConfig
 from webhook_delivery.phorge.locks import webhook_lock_name
+from webhook_delivery.worker import job as job_module
 from webhook_delivery.worker.job import Job
 from webhook_delivery.worker.loop import Worker
 from webhook_delivery.worker.metrics import Counters
@@ -173,6 +174,65 @@ def test_a_claim_made_ahead_of_a_slow_call_is_made_again_so_its_own_call_gets_th
     w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
     assert [store.rows[i].status for i in ids] == ["sent"] * 3 and len(receiver.requests) == 3
     assert store.claims == 4 and w.counters.values.get("claims_released") == 1, "taken back, then claimed again"
+
+
+class CountingStore(MemoryStore):
+    """The twin, counting the round trips that carry a result and the next claim together. `unknown`: the
+    first such claim's outcome is not known to the job (its statement failed after the write was done),
+    and it had "taken" or "not taken"."""
+
+    def __init__(self, now: int, *, unknown: str = "") -> None:
+        super().__init__(now)
+        self.together = 0
+        self.unknown = unknown
+
+    def write_then_claim(self, written: Any, outcome: Any, claim: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
+        self.together += 1
+        done, claimed, known = super().write_then_claim(written, outcome, claim, **kwargs)
+        if self.unknown == "taken":
+            known = False
+        elif self.unknown == "not taken":
+            self.rows[claim.id], self.claims, known = claim, self.claims - 1, False
+        self.unknown = ""
+        return done, claimed, known
+
+
+def test_with_many_jobs_running_a_result_and_the_next_claim_share_one_round_trip(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(job_module, "AHEAD_JOBS", 0)  # this job counts as one of many
+    store = CountingStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10, object_phid=f"PHID-TASK-{i:020d}") for i in range(4)]
+    claimed_at_call: list[bool] = []
+    receiver.state.on_receive = lambda received: claimed_at_call.append(
+        store.rows[ids[len(claimed_at_call)]].date_modified != NOW - 10
+    )
+    w = worker(store)
+    w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert [r.object_phid for r in receiver.requests] == [f"PHID-TASK-{i:020d}" for i in range(4)]
+    assert [store.rows[i].status for i in ids] == ["sent"] * 4 and claimed_at_call == [True] * 4
+    assert store.together == 3 and store.writes == 4 and store.claims == 4, "the last result has no row after it"
+    assert max(receiver.state.max_in_flight.values()) == 1
+
+
+@pytest.mark.parametrize("unknown", ["taken", "not taken"])
+def test_a_claim_whose_round_trip_failed_after_the_write_is_found_out_by_its_own_claim(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, unknown: str
+) -> None:
+    monkeypatch.setattr(job_module, "AHEAD_JOBS", 0)
+    store = CountingStore(NOW, unknown=unknown)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(3)]
+    w = worker(store)
+    result = w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    sent = [i for i in ids if store.rows[i].status == "sent"]
+    if unknown == "taken":  # its own claim is lost: it waits out the claim made, as after a crash
+        assert sent == [ids[0], ids[2]] and w.counters.values.get("claims_lost") == 1
+        assert store.rows[ids[1]].last_result == "none" and ids[1] in [r.id for r in result.settlement.fresh]
+    else:  # its own claim wins: delivered in this job
+        assert sent == ids and "claims_lost" not in w.counters.values
+    assert len(receiver.requests) == len(sent), "nothing sent twice, nothing sent unclaimed"
 
 
 # -- the scheduler -------------------------------------------------------------------------------------

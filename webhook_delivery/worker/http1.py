@@ -248,12 +248,12 @@ class Connection:
                 break
         fields: list[tuple[str, str]] = []
         for raw in lines[:-1]:
-            line = str(raw, "iso-8859-1")
-            if line[:1] in (" ", "\t"):
+            text = str(raw, "iso-8859-1")
+            if text[:1] in (" ", "\t"):
                 if fields:  # a folded line continues the field before it
-                    fields[-1] = (fields[-1][0], fields[-1][1] + line)
+                    fields[-1] = (fields[-1][0], fields[-1][1] + text)
                 continue
-            name, colon, value = line.partition(":")
+            name, colon, value = text.partition(":")
             if not colon or not _FIELD_NAME.fullmatch(name):
                 break  # the email parser takes the rest for a body: those lines are no fields
             fields.append((name.lower(), value.lstrip(" \t")))

@@ -31,7 +31,7 @@ from ..config import DeliveryConfig
 from ..phorge.databases import MasterUnavailable
 from ..phorge.herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
 from ..phorge.locks import webhook_lock_name
-from ..phorge.outcomes import HOOK_ERROR, SILENT, Outcome, readable_properties, with_error
+from ..phorge.outcomes import Outcome, readable_properties, with_error
 from ..phorge.phpjson import encode_compact
 from .attempts import AttemptLog, AttemptRecord
 from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
@@ -39,13 +39,13 @@ from .memory import release_free_memory
 from .metrics import Counters, Event
 from .parts import HookLocks, QueueStore
 from .php_watch import PhpWatch
-from .pipeline import AHEAD_JOBS, Ahead, Writes
+from .pipeline import AHEAD_JOBS, Ahead, ClaimWithWrite, Writes
+from .results import Results
 from .sessions import LockLost
 from .window import Settlement
 
 logger = logging.getLogger(__name__)
 
-WRITE_MARGIN_SEC = 2.0
 LARGE_AT_ONCE = 1  # requests with large properties in hand at once, per process: memory stays bounded
 
 
@@ -74,6 +74,7 @@ class JobResult:
 UNREADABLE = Outcome(
     RequestStatus.FAILED, RequestResult.NONE, "hook", "unreadable", attempted=False
 )  # recorded as failed/none/0 only
+StartWrite = Callable[[RequestRow, Outcome, int, float, str], None]  # row, outcome, version, claimed at, properties
 UNLOCKED = -1  # the token of a job run without the hook lock (never a lock session's generation)
 
 
@@ -107,6 +108,7 @@ class JobRunner:
         self.stopping = stopping
         self.php = php
         self.attempts = attempts
+        self.results = Results(store, config, counters)
         self._large = threading.BoundedSemaphore(LARGE_AT_ONCE)
         # At most one write and one claim ahead in flight per job: two helper threads per job that can run.
         self._writer = ThreadPoolExecutor(max_workers=2 * max(1, writers), thread_name_prefix="write")
@@ -243,6 +245,22 @@ class JobRunner:
                 if held:
                     ahead = self._claim_ahead(job, pending.pop(0), lock)
 
+        def start_write(row: RequestRow, outcome: Outcome, version: int, claimed_at: float, properties: str) -> None:
+            """The result's write; with many jobs running, on this thread and, when the job goes on, with the
+            next row's claim in the same round trip."""
+            nonlocal ahead
+            write = (row, version, claimed_at, (outcome.status, outcome.result, outcome.attempted, properties))
+            here = self._running > AHEAD_JOBS
+            following = self._following(job, outcome, pending, name, token if locked else None) if here else None
+            if following is None:
+                writes.start(row, outcome, lambda: self.results.write(*write), here=here)
+                return
+            claim = ClaimWithWrite(*following, store=self.store, config=self.config)
+            writes.start(row, outcome, lambda: self.results.write(*write, first=claim.write_then_claim), here=True)
+            ahead = claim.ahead()
+            if ahead is None:
+                pending.insert(0, following[0])  # the claim's fate is not known: its own claim finds out
+
         try:
             while (pending or ahead is not None) and not self.stopping.is_set():
                 if job.hook_phid in self.held():
@@ -260,14 +278,14 @@ class JobRunner:
                             result.settlement.claimed.append(row.id)
                         continue
                     readable = (taken.properties, taken.problem)
-                    outcome = self._claimed(job, row, readable, version, claimed_at, result, writes, claim_next)
+                    outcome = self._claimed(job, row, readable, version, claimed_at, result, start_write, claim_next)
                 else:
                     row = pending.pop(0)
                     held, lock = self.locks.for_claim(name, token) if locked else (True, None)
                     if not held:
                         result.lock_lost = True
                         return
-                    outcome = self._deliver_row(job, row, result, lock, writes, claim_next)
+                    outcome = self._deliver_row(job, row, result, lock, start_write, claim_next)
                 if outcome is None:  # claim lost: our snapshots are likely stale, or the lock is gone
                     if locked and not self.locks.holds(name, token):
                         result.lock_lost = True
@@ -285,6 +303,20 @@ class JobRunner:
             if ahead is not None and ahead.release(self.store, result.settlement):
                 self.counters.record("claims_released")
 
+    def _following(
+        self, job: Job, outcome: Outcome, pending: list[RequestRow], name: str, token: int | None
+    ) -> tuple[RequestRow, tuple[str, int] | None] | None:
+        """The row to claim in the round trip that writes `outcome` (taken off `pending`), and the lock the
+        claim checks: the job's next row, when the job goes on to it."""
+        if outcome.result == RequestResult.FAIL or not pending or pending[0].properties is None:
+            return None
+        held, lock = self.locks.for_claim(name, token) if token is not None else (True, None)
+        try:
+            self._may_claim(job)
+        except _Stop:
+            return None
+        return (pending.pop(0), lock) if held and not self.stopping.is_set() else None
+
     def _claim_ahead(self, job: Job, row: RequestRow, lock: tuple[str, int] | None) -> Ahead | None:
         try:
             self._may_claim(job)
@@ -301,11 +333,11 @@ class JobRunner:
         row: RequestRow,
         result: JobResult,
         lock: tuple[str, int] | None,
-        writes: Writes,
+        start_write: StartWrite,
         before_call: Callable[[], None],
     ) -> Outcome | None:
         if row.properties is not None:
-            return self._deliver_loaded(job, row, result, lock, "", writes, before_call)
+            return self._deliver_loaded(job, row, result, lock, "", start_write, before_call)
         # Queued rows always have properties: these were too large to come with the batch.
         with self._large:
             found = self.store.large_properties(row.id)
@@ -315,7 +347,7 @@ class JobRunner:
             problem = "" if properties is not None else f"properties of {length} bytes, more than Phorge can write"
             try:
                 with_text = dataclasses.replace(row, properties=properties)
-                return self._deliver_loaded(job, with_text, result, lock, problem, writes, before_call)
+                return self._deliver_loaded(job, with_text, result, lock, problem, start_write, before_call)
             finally:
                 release_free_memory()
 
@@ -332,7 +364,7 @@ class JobRunner:
         result: JobResult,
         lock: tuple[str, int] | None,
         problem: str,
-        writes: Writes,
+        start_write: StartWrite,
         before_call: Callable[[], None],
     ) -> Outcome | None:
         """Claim, deliver and write one row; None when the claim was lost.
@@ -346,7 +378,7 @@ class JobRunner:
         version = self.store.claim(
             row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
         )
-        return self._claimed(job, row, readable, version, time.monotonic(), result, writes, before_call)
+        return self._claimed(job, row, readable, version, time.monotonic(), result, start_write, before_call)
 
     def _claimed(
         self,
@@ -356,7 +388,7 @@ class JobRunner:
         version: int | None,
         claimed_at: float,
         result: JobResult,
-        writes: Writes,
+        start_write: StartWrite,
         before_call: Callable[[], None],
     ) -> Outcome | None:
         """Deliver a row whose claim was tried (`version` None: lost) and start its result's write."""
@@ -391,19 +423,12 @@ class JobRunner:
             return self._poison(row, version, claimed_at, result, "internal error", began)
         self._log_attempt(row, outcome, began, time.monotonic() - claimed_at)
         new_properties = encode_compact(with_error(properties, outcome))  # cannot fail: readable_properties() tried it
-        writes.start(
-            row,
-            outcome,
-            lambda: self._write(
-                row, version, claimed_at, outcome.status, outcome.result, outcome.attempted, new_properties
-            ),
-            here=self._running > AHEAD_JOBS,
-        )
+        start_write(row, outcome, version, claimed_at, new_properties)
         return outcome
 
     def _settle(self, row: RequestRow, outcome: Outcome, written: int | None, result: JobResult) -> None:
         """What a written (or given up) result means for the job, the window and the log."""
-        self._record(row, outcome, written)
+        self.results.record(row, outcome, written)
         if outcome.result == RequestResult.OKAY:
             result.answered = True
         elif outcome.result == RequestResult.FAIL:
@@ -426,69 +451,8 @@ class JobRunner:
             "request cannot be delivered as stored: marked failed, properties left untouched",
             extra={"request": row.phid, "hook": row.webhook_phid, "reason": problem},
         )
-        written = self._write(row, version, claimed_at, RequestStatus.FAILED, RequestResult.NONE, False, None)
+        written = self.results.write(row, version, claimed_at, (RequestStatus.FAILED, RequestResult.NONE, False, None))
         self.counters.record("deliveries.unreadable")
         (result.settlement.done if written is not None else result.settlement.claimed).append(row.id)
         self._log_attempt(row, UNREADABLE, began, time.monotonic() - claimed_at)
         return UNREADABLE
-
-    def _write(
-        self,
-        row: RequestRow,
-        version: int,
-        claimed_at: float,
-        status: str,
-        result: str,
-        attempted: bool,
-        properties: str | None,
-    ) -> int | None:
-        """Write the outcome, retrying through a database outage while our claim can still hold."""
-        give_up = claimed_at + self.config.claim_lease_sec - WRITE_MARGIN_SEC
-        delay = 0.2
-        while True:
-            try:
-                written = self.store.write_outcome(
-                    row.id, version, status=status, result=result, attempted=attempted, properties=properties
-                )
-                if written is None:
-                    self.counters.record("degraded.claim_lost_before_write")
-                    logger.warning("claim expired before the result was written", extra={"request": row.phid})
-                return written
-            except DatabaseError:
-                self.counters.record("degraded.result_write_retry")
-                if time.monotonic() + delay > give_up:
-                    logger.error(
-                        "result could not be written before the lease ran out; the request will be retried",
-                        extra={"request": row.phid},
-                    )
-                    return None
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _record(self, row: RequestRow, outcome: Outcome, written: int | None) -> None:
-        event: Event = (
-            "deliveries.sent"
-            if outcome.status == RequestStatus.SENT
-            else "deliveries.retry"
-            if outcome.retried
-            else "deliveries.failed"
-        )
-        self.counters.record(event, error_type=outcome.error_type)
-        extra = {
-            "request": row.phid,
-            "hook": row.webhook_phid,
-            "status": outcome.status,
-            "error_type": outcome.error_type,
-            "error_code": outcome.error_code,
-        }
-        if written is None:
-            return
-        if outcome.status == RequestStatus.SENT:
-            logger.debug("webhook delivered", extra={"event": "delivery.sent", **extra})
-        elif outcome.error_type == HOOK_ERROR and outcome.error_code == SILENT:
-            # A maintenance window fails the whole backlog: said once by the loop, each request at DEBUG.
-            logger.debug(
-                "webhook request failed: Phorge is in silent mode", extra={"event": "delivery.silent", **extra}
-            )
-        else:
-            logger.warning("webhook request failed", extra={"event": "delivery.failed", **extra})

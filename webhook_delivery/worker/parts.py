@@ -29,7 +29,7 @@ from .attempts import AttemptLog
 from .dispatcher import Dispatcher
 from .php_watch import PhpWatch
 from .sessions import LockSession, MasterPools, SessionPool, close_quietly, lock_alias
-from .store import Store
+from .store import Store, WrittenOutcome
 
 
 class QueueStore(Protocol):
@@ -57,6 +57,16 @@ class QueueStore(Protocol):
     def write_outcome(
         self, row_id: int, version: int, *, status: str, result: str, attempted: bool, properties: str | None
     ) -> int | None: ...
+    def write_then_claim(
+        self,
+        written: tuple[int, int],
+        outcome: WrittenOutcome,
+        claim: RequestRow,
+        *,
+        lease: int,
+        retry_backoff: int,
+        lock: tuple[str, int] | None = None,
+    ) -> tuple[int | None, int | None, bool]: ...
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]: ...
     def recycle_connection(self) -> None: ...
     def drop_connection(self) -> None: ...

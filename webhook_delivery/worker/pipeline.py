@@ -23,9 +23,11 @@ from typing import Any
 
 from django.db import DatabaseError
 
+from ..config import DeliveryConfig
 from ..phorge.herald import RequestRow
-from ..phorge.outcomes import Outcome
+from ..phorge.outcomes import Outcome, readable_properties
 from .parts import QueueStore
+from .store import WrittenOutcome
 from .window import Settlement
 
 AHEAD_MAX_AGE_SEC = 0.25  # what a call's timeout may lose to the wait for the call before it
@@ -85,6 +87,14 @@ class Ahead:
         """The claim's outcome; a database error is the job's, as for a claim on its own thread."""
         return self.future.result()
 
+    @classmethod
+    def made(cls, row: RequestRow, version: int | None, claimed_at: float) -> Ahead:
+        """A claim already made (with the write before it)."""
+        done: Future[tuple[int | None, float]] = Future()
+        done.set_result((version, claimed_at))
+        properties, problem = readable_properties(row.properties)
+        return cls(row, properties, problem, done)
+
     @staticmethod
     def fresh(claimed_at: float) -> bool:
         return time.monotonic() - claimed_at <= AHEAD_MAX_AGE_SEC
@@ -109,3 +119,35 @@ class Ahead:
             else:
                 settlement.claimed.append(self.row.id)
         return released
+
+
+class ClaimWithWrite:
+    """With many jobs running, the claim of a job's next row goes in the round trip that writes the current
+    row's result (QueueStore.write_then_claim): one round trip where there were two, and no thread hand-over.
+    The write is made when it was (the moment the answer is in), so the duplicate window is as wide as it was;
+    the claim is made just before the call it is for."""
+
+    def __init__(self, row: RequestRow, lock: tuple[str, int] | None, *, store: QueueStore, config: DeliveryConfig):
+        self.row = row
+        self.lock = lock
+        self.store = store
+        self.config = config
+        self._made: tuple[int | None, float] | None = None
+
+    def write_then_claim(self, written: RequestRow, version: int, outcome: WrittenOutcome) -> int | None:
+        """The write (as QueueStore.write_outcome), the claim kept for `ahead`."""
+        result, claimed, known = self.store.write_then_claim(
+            (written.id, version),
+            outcome,
+            self.row,
+            lease=self.config.claim_lease_sec,
+            retry_backoff=self.config.retry_backoff_sec,
+            lock=self.lock,
+        )
+        if known:
+            self._made = (claimed, time.monotonic())
+        return result
+
+    def ahead(self) -> Ahead | None:
+        """The claim made, for the job's next turn; None when it was not made or its outcome is not known."""
+        return None if self._made is None else Ahead.made(self.row, *self._made)

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from ..config import PHORGE_ALIAS
 from ..phorge.columns import Columns, Record, positional
@@ -36,6 +36,8 @@ from ..phorge.herald import (
 from .sessions import SessionPool, close_quietly
 
 INLINE_PROPERTIES = 256 * 1024  # bytes: larger properties are read one row at a time
+# What a result write sets besides the version: status, lastRequestResult, attempted, properties (or None).
+WrittenOutcome = tuple[str, str, bool, str | None]
 RETURNED = Columns.of("dateModified")  # what SQLite's RETURNING hands back from a guarded UPDATE
 PHIDS = Columns.of("phid")
 REQUEST_HOOKS = Columns.of("webhookPHID")
@@ -294,12 +296,17 @@ class Store:
         With `lock` (name, session id) the claim also requires that session to hold the hook's named lock
         right now.
         """
+        return self._guarded_update(*self._claim(row, lease, retry_backoff, lock))
+
+    def _claim(
+        self, row: RequestRow, lease: int, retry_backoff: int, lock: tuple[str, int] | None
+    ) -> tuple[str, dict[str, Any]]:
         params: dict[str, Any] = {"id": row.id, "version": row.date_modified, "retry": retry_backoff, "lease": lease}
         sql = self._claim_sql
         if lock is not None and self.is_mysql:
             sql = self._locked_claim_sql
             params["lock"], params["session"] = lock
-        return self._guarded_update(sql, params)
+        return sql, params
 
     def release_claim(self, row_id: int, version: int, *, previous: int) -> bool:
         """Undo a claim no call was made under: dateModified back to `previous` (the version claimed from) if
@@ -319,11 +326,43 @@ class Store:
         `properties=None` leaves the column byte-for-byte as it is. lastRequestEpoch and dateModified get
         the same clock reading, which is how is_due() recognises a row that is not under a claim.
         """
-        sql = self._write_sql[(attempted, properties is not None)]
+        return self._guarded_update(*self._write(row_id, version, status, result, attempted, properties))
+
+    def _write(
+        self, row_id: int, version: int, status: str, result: str, attempted: bool, properties: str | None
+    ) -> tuple[str, dict[str, Any]]:
         params: dict[str, Any] = {"status": status, "result": result, "id": row_id, "version": version}
         if properties is not None:
             params["properties"] = properties
-        return self._guarded_update(sql, params)
+        return self._write_sql[(attempted, properties is not None)], params
+
+    def write_then_claim(
+        self,
+        written: tuple[int, int],
+        outcome: WrittenOutcome,
+        claim: RequestRow,
+        *,
+        lease: int,
+        retry_backoff: int,
+        lock: tuple[str, int] | None = None,
+    ) -> tuple[int | None, int | None, bool]:
+        """write_outcome() of the row and version in `written`, then claim() of the job's next row, in one
+        round trip on MariaDB/MySQL: (as write_outcome, as claim, whether the claim's outcome is known).
+        Each is committed on its own, as if made one after the other; when the claim fails after the write
+        is done, whether it took is not known (a later claim of that row finds out)."""
+        write = self._write(written[0], written[1], *outcome)
+        claim_statement = self._claim(claim, lease, retry_backoff, lock)
+        if not (self.is_mysql and self.pool is not None):
+            version = self._guarded_update(*write)
+            try:
+                return version, self._guarded_update(*claim_statement), True
+            except DatabaseError:
+                return version, None, False
+        first, second = self.pool.change_twice(write, claim_statement)
+        version = first[1] if first[0] == 1 else None
+        if second is None:
+            return version, None, False
+        return version, second[1] if second[0] == 1 else None, True
 
     def _guarded_update(self, sql: str, params: dict[str, Any]) -> int | None:
         """Run a one-row compare-and-set UPDATE; the dateModified it set, or None when no row matched.

@@ -25,7 +25,7 @@ from ..state import PhpDelivery, WorkerState
 from .dispatcher import Dispatcher
 from .parts import Parts
 from .php_watch import PhpWatch
-from .store import INLINE_PROPERTIES
+from .store import INLINE_PROPERTIES, WrittenOutcome
 
 
 class MemoryStore:
@@ -197,6 +197,20 @@ class MemoryStore:
             )
             self.writes += 1
             return self.now
+
+    def write_then_claim(
+        self,
+        written: tuple[int, int],
+        outcome: WrittenOutcome,
+        claim: RequestRow,
+        *,
+        lease: int,
+        retry_backoff: int,
+        lock: tuple[str, int] | None = None,
+    ) -> tuple[int | None, int | None, bool]:
+        status, result, attempted, properties = outcome
+        done = self.write_outcome(*written, status=status, result=result, attempted=attempted, properties=properties)
+        return done, self.claim(claim, lease=lease, retry_backoff=retry_backoff, lock=lock), True
 
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
         epochs = [
