@@ -216,6 +216,25 @@ def test_with_many_jobs_running_a_result_and_the_next_claim_share_one_round_trip
     assert max(receiver.state.max_in_flight.values()) == 1
 
 
+def test_a_row_claimed_ahead_before_many_jobs_ran_is_delivered_next(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CountingStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(4)]
+
+    def during_call(_received: Any) -> None:
+        if len(receiver.requests) == 2:  # the third row is claimed ahead during this call; then many jobs run
+            wait_for(lambda: store.claims == 3, 2, "the third row's claim while the second call runs", every=0.005)
+            monkeypatch.setattr(job_module, "AHEAD_JOBS", 0)
+
+    receiver.state.on_receive = during_call
+    w = worker(store)
+    w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert [store.rows[i].status for i in ids] == ["sent"] * 4 and len(receiver.requests) == 4
+    assert store.claims == 4 and store.together == 1, "the third row's write carries the fourth's claim"
+
+
 @pytest.mark.parametrize("unknown", ["taken", "not taken"])
 def test_a_claim_whose_round_trip_failed_after_the_write_is_found_out_by_its_own_claim(
     receiver: Receiver, monkeypatch: pytest.MonkeyPatch, unknown: str

@@ -251,7 +251,10 @@ class JobRunner:
             nonlocal ahead
             write = (row, version, claimed_at, (outcome.status, outcome.result, outcome.attempted, properties))
             here = self._running > AHEAD_JOBS
-            following = self._following(job, outcome, pending, name, token if locked else None) if here else None
+            # A row claimed ahead already (while fewer jobs ran) is the next one: nothing to claim with this write.
+            following = (
+                None if not here or ahead else self._following(job, outcome, pending, name, token if locked else None)
+            )
             if following is None:
                 writes.start(row, outcome, lambda: self.results.write(*write), here=here)
                 return
