@@ -261,14 +261,20 @@ def local_gaps(blacklist: Sequence[IPNetwork]) -> list[str]:
     ]
 
 
+@functools.lru_cache(maxsize=1024)
+def _ip_literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
 def resolve_allowed(
     target: Target, blacklist: Sequence[IPNetwork], resolver: Resolver, timeout: float
 ) -> tuple[IPAddress, ...]:
     """The addresses to connect to, in order, once every address of the host passed the blacklist."""
-    try:
-        addresses: list[IPAddress] = [ipaddress.ip_address(target.host)]
-    except ValueError:
-        addresses = resolver(target.host, target.port, timeout)
+    literal = _ip_literal(target.host)
+    addresses: list[IPAddress] = [literal] if literal is not None else resolver(target.host, target.port, timeout)
     if any(is_blocked(address, blacklist) for address in addresses):
         raise InvalidURI("host resolves into the outbound blacklist")
     return tuple(addresses)

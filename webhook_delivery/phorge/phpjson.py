@@ -25,9 +25,14 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# Made once: json.dumps() and json.loads() with arguments of their own build a new coder on every call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_COMPACT = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
 def decode_properties(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise UndecodableProperties("properties is not valid JSON") from exc
     if isinstance(value, list):  # a PHP array with keys 0..n-1
@@ -41,11 +46,14 @@ def as_php_array(value: Any) -> Any:
     """Reshape decoded JSON the way a json_decode/json_encode round trip in PHP would."""
     if isinstance(value, dict):
         if not value or all(key == str(i) for i, key in enumerate(value)):
-            return [as_php_array(v) for v in value.values()]
-        return {key: as_php_array(v) for key, v in value.items()}
+            return [as_php_array(v) if isinstance(v, _CONTAINERS) else v for v in value.values()]
+        return {key: as_php_array(v) if isinstance(v, _CONTAINERS) else v for key, v in value.items()}
     if isinstance(value, list):
-        return [as_php_array(v) for v in value]
+        return [as_php_array(v) if isinstance(v, _CONTAINERS) else v for v in value]
     return value
+
+
+_CONTAINERS = (dict, list)
 
 
 def _php_strings(text: str) -> str:
@@ -65,7 +73,7 @@ def encode_scalar(value: Any) -> str:
 
 def encode_compact(value: Any) -> str:
     """PHP json_encode($value) with no flags."""
-    text = json.dumps(as_php_array(value), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    text = _COMPACT.encode(as_php_array(value))
     return _php_strings(text.replace("/", "\\/"))
 
 

@@ -56,8 +56,19 @@ def _template(sql: str) -> tuple[bytes, tuple[str, ...]]:
 def _bound(driver: Any, sql: str, params: Mapping[str, Any]) -> bytes:
     """The statement's bytes with its parameters escaped by the driver, as a cursor would send them."""
     text, names = _template(sql)
-    literal = driver.literal
-    return text % tuple([literal(params[name]) for name in names])
+    return text % tuple([_literal(driver, params[name]) for name in names])
+
+
+def _literal(driver: Any, value: Any) -> bytes:
+    # What driver.literal() gives for these types, without its dispatch in Python: integers as digits,
+    # text escaped by the C client for the connection's character set.
+    if type(value) is int:
+        return b"%d" % value
+    if type(value) is str:
+        return bytes(driver.string_literal(value.encode(driver.encoding)))
+    if value is None:
+        return b"NULL"
+    return bytes(driver.literal(value))
 
 
 def _new_wrapper(alias: str) -> Any:
@@ -314,13 +325,15 @@ class LockSession:
         """Before a claim: whether the lock taken with `token` is still ours, and the (name, server session
         id) the claim's own UPDATE checks with IS_USED_LOCK. When this session is on another server than the
         claims (the repository's master), the server is asked here instead, and the claim checks nothing."""
-        with self._mutex:
-            if not self.is_mysql:
-                return True, None  # in-process locks (the demo): nothing on a server to lose
-            if token != self.generation or self.holder_id is None:
-                return False, None
-            if self.beside_claims:
-                return True, (name, self.holder_id)
+        if not self.is_mysql:
+            return True, None  # in-process locks (the demo): nothing on a server to lose
+        # No mutex (asked before every claim, while other jobs lock and unlock): a session lost and replaced
+        # between these two reads gives a holder that does not hold the lock, and the claim's check fails.
+        holder = self.holder_id
+        if token != self.generation or holder is None:
+            return False, None
+        if self.beside_claims:
+            return True, (name, holder)
         return self.holds(name, token), None
 
     def check(self) -> None:
