@@ -36,11 +36,13 @@ LIBRARY_COMPONENTS = [
 # Otherwise the innermost webhook_delivery frame decides: (file, function or "*") -> component.
 OUR_COMPONENTS = {
     ("transport.py", "check_uri"): "URI check + DNS + blacklist",
-    ("transport.py", "*"): "HTTP POST (transport: requests/urllib3/http.client)",
+    ("transport.py", "*"): "HTTP POST (transport.py, http1.py)",
+    ("http1.py", "*"): "HTTP POST (transport.py, http1.py)",
     ("netguard.py", "*"): "URI check + DNS + blacklist",
     ("payload.py", "*"): "payload build + HMAC",
     ("store.py", "claim"): "claim UPDATE",
     ("store.py", "write_outcome"): "result UPDATE",
+    ("store.py", "write_then_claim"): "result UPDATE + next claim (one round trip)",
     ("store.py", "recent_failures"): "breaker query (recent_failures)",
     ("sessions.py", "acquire"): "GET_LOCK / RELEASE_LOCK",
     ("sessions.py", "release"): "GET_LOCK / RELEASE_LOCK",
@@ -56,6 +58,8 @@ OUR_COMPONENTS = {
     ("loop.py", "_wait"): "scheduling (main loop, poll/absorb/wait)",
     ("loop.py", "*"): "delivery loop own code (worker/dispatcher/outcomes)",
     ("job.py", "*"): "delivery loop own code (worker/dispatcher/outcomes)",
+    ("results.py", "*"): "delivery loop own code (worker/dispatcher/outcomes)",
+    ("pipeline.py", "*"): "delivery loop own code (worker/dispatcher/outcomes)",
     ("dispatcher.py", "*"): "delivery loop own code (worker/dispatcher/outcomes)",
     ("outcomes.py", "*"): "delivery loop own code (worker/dispatcher/outcomes)",
     ("objects.py", "*"): "Phorge lookups (objects, silent, PHP guard)",
@@ -66,7 +70,7 @@ OUR_COMPONENTS = {
 }
 # py-spy sometimes gets only the innermost frames of a stack: attribute those by library.
 FALLBACK_COMPONENTS = [
-    ("HTTP POST (transport: requests/urllib3/http.client)", ("requests/", "urllib3/", "http/client.py", "email/")),
+    ("HTTP POST (transport.py, http1.py)", ("http/client.py",)),
     ("payload build + HMAC", ("_make_iterencode",)),  # the pure-Python encoder runs only for indent=2
     ("thread pool hand-off", ("concurrent/futures/", "threading.py", "queue.py")),
     ("start-up (imports, django.setup, checks)", ("importlib", "<module>", "django/")),

@@ -197,6 +197,8 @@ class Storable:
         if spec is None or not isinstance(value, str):
             return value
         max_length, filters = spec
+        if value.isascii() and "\x00" not in value and (max_length is None or len(value) <= max_length):
+            return value
         if "\x00" in value:
             value = value.replace("\x00", "\\x00")
         if not value.isascii():
@@ -209,7 +211,11 @@ class Storable:
         return value if max_length is None else value[:max_length]
 
     def row(self, columns: Iterable[str], values: Iterable[Any]) -> tuple[Any, ...]:
-        return tuple(self.text(column, value) for column, value in zip(columns, values, strict=True))
+        text = self._columns
+        return tuple(
+            self.text(column, value) if column in text and type(value) is str else value
+            for column, value in zip(columns, values, strict=True)
+        )
 
 
 BREAKER_COLUMNS = ("hook_phid", "worker_id")

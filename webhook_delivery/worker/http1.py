@@ -236,6 +236,16 @@ class Connection:
         return version, status
 
     def _fields(self, deadline: Deadline) -> list[tuple[str, str]]:
+        if self._buffer.startswith(b"\r\n", self._at):  # no fields
+            self._at += 2
+            return []
+        end = self._buffer.find(b"\r\n\r\n", self._at, self._at + MAX_LINE)
+        if end >= 0 and b"\n" not in self._buffer[self._at : end].replace(b"\r\n", b""):
+            # The usual answer: the whole head is in, every line ends in CRLF. Taken apart at once.
+            raw = self._buffer[self._at : end].split(b"\r\n")
+            if len(raw) < MAX_HEADERS:
+                self._at = end + 4
+                return _parsed([line + b"\r\n" for line in raw])
         lines: list[bytes] = []
         while True:
             line = self._line(deadline)
@@ -246,18 +256,7 @@ class Connection:
                 raise HTTPException(f"got more than {MAX_HEADERS} headers")
             if line in _END_OF_HEAD:
                 break
-        fields: list[tuple[str, str]] = []
-        for raw in lines[:-1]:
-            text = str(raw, "iso-8859-1")
-            if text[:1] in (" ", "\t"):
-                if fields:  # a folded line continues the field before it
-                    fields[-1] = (fields[-1][0], fields[-1][1] + text)
-                continue
-            name, colon, value = text.partition(":")
-            if not colon or not _FIELD_NAME.fullmatch(name):
-                break  # the email parser takes the rest for a body: those lines are no fields
-            fields.append((name.lower(), value.lstrip(" \t")))
-        return [(name, value.rstrip("\r\n")) for name, value in fields]
+        return _parsed(lines[:-1])
 
     def _chunks(self, body: _Body, deadline: Deadline) -> None:
         while True:
@@ -287,6 +286,23 @@ class Connection:
                 raise LineTooLong("trailer line")
             if line in _END_OF_HEAD:
                 return
+
+
+def _parsed(lines: list[bytes]) -> list[tuple[str, str]]:
+    """Header lines (each with its line end) as (lower-case name, value), as the email parser under
+    http.client reads them."""
+    fields: list[tuple[str, str]] = []
+    for raw in lines:
+        text = str(raw, "iso-8859-1")
+        if text[:1] in (" ", "\t"):
+            if fields:  # a folded line continues the field before it
+                fields[-1] = (fields[-1][0], fields[-1][1] + text)
+            continue
+        name, colon, value = text.partition(":")
+        if not colon or not _FIELD_NAME.fullmatch(name):
+            break  # the email parser takes the rest for a body: those lines are no fields
+        fields.append((name.lower(), value.lstrip(" \t")))
+    return [(name, value.rstrip("\r\n")) for name, value in fields]
 
 
 class _Body:
