@@ -10,6 +10,7 @@ help:
 	@echo "make check  the quick lane while editing: tests without lint, browser or slow tests (MariaDB)"
 	@echo "make unit   the database-free lane, seconds: tests that need no database, no MariaDB needed"
 	@echo "make bench  delivery throughput, latency, 1M-row history and memory figures (BENCH_ARGS=--quick)"
+	@echo "            (BASE=REV: the same figures of commit REV and this tree side by side, and their ratios)"
 	@echo "make image-test  build the image with podman and run web, worker and demo from it for real"
 
 venv:
@@ -25,7 +26,8 @@ lint: venv
 	@scripts/lint.sh
 
 bench: venv
-	@.venv/bin/python bench/run.py $(BENCH_ARGS)
+	@if [ -n "$(BASE)" ]; then .venv/bin/python bench/compare.py $(BASE) -- $(BENCH_ARGS); \
+	else .venv/bin/python bench/run.py $(BENCH_ARGS); fi
 
 image-test:
 	@scripts/image-test.sh
