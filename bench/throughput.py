@@ -8,8 +8,8 @@ virtualenv; this tree's bench seeds the same queue and starts the same receiver 
 Each round, in rotating order, every tree runs `deliver_webhooks --once`: N requests over 16 hooks with
 32 in flight, then N/3 requests to one hook (one call in flight, as Phorge promises); and one thread of
 `requests.Session` posts the same body to the same receiver (the bare client). Rates are first to last
-delivery at the receiver (start-up excluded), peak RSS and CPU from wait4(). It prints medians, each rate
-as % of the bare client of the same rounds, and the ratio of each tree to the first.
+delivery at the receiver (start-up excluded), CPU from wait4(), peak RSS from the worker's own VmHWM. It
+prints medians, each rate as % of the bare client of the same rounds, and the ratio of each tree to the first.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import PYTHON, ROOT  # this tree's bench, whichever commits are measured
 from bench.herald import HeraldDB
 from bench.receivers import NginxReceiver
-from bench.workers import worker_env
+from bench.workers import PeakRss, worker_env
 
 DATABASE = "gwthroughput_herald"
 HOOKS = 16
@@ -65,10 +65,12 @@ def deliver(tree: Path, env: dict[str, str], max_concurrent: int) -> tuple[float
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    peak = PeakRss(process.pid)
     _, status, usage = os.wait4(process.pid, 0)
+    rss = peak.stop(usage.ru_maxrss)
     if status != 0:
         raise SystemExit(f"deliver_webhooks in {tree} exited with status {status}")
-    return usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+    return rss, usage.ru_utime + usage.ru_stime
 
 
 def span_rate(receiver: NginxReceiver, prefix: str, count: int) -> float:

@@ -1,4 +1,5 @@
-"""deliver_webhooks as real processes: environment, wall time, exit status, peak RSS and CPU from wait4()."""
+"""deliver_webhooks as real processes: environment, wall time, exit status and CPU from wait4(), peak RSS
+from the process's own high-water mark (PeakRss)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,38 @@ def migrate(env: dict[str, str], log: Path) -> None:
         raise BenchError(f"manage.py migrate failed, see {log}")
 
 
+class PeakRss:
+    """The peak resident memory of a running process, from its own address space (VmHWM), sampled until it
+    ends. Not wait4()'s ru_maxrss: Linux carries the RSS the parent had when it forked the process into that
+    figure, so a worker started by a bench grown to 116 MB reported 116 MB, whatever it used itself."""
+
+    EVERY_SEC = 0.02
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.kib = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        path = Path(f"/proc/{self.pid}/status")
+        while not self._done.is_set():
+            try:
+                for line in path.read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.kib = max(self.kib, int(line.split()[1]))
+            except (OSError, ValueError):
+                pass
+            self._done.wait(self.EVERY_SEC)
+
+    def stop(self, fallback_kib: int) -> float:
+        """MB, once the process has ended (ru_maxrss when it ended before the first sample)."""
+        self._done.set()
+        self._thread.join()
+        return (self.kib or fallback_kib) / 1024
+
+
 @dataclass(frozen=True)
 class Exit:
     returncode: int
@@ -77,11 +110,11 @@ class WorkerProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        self._reaper = threading.Thread(target=self._reap, daemon=True)
+        self._reaper = threading.Thread(target=self._reap, args=(PeakRss(self.proc.pid),), daemon=True)
         self._reaper.start()
         return self
 
-    def _reap(self) -> None:
+    def _reap(self, peak: PeakRss) -> None:
         assert self.proc is not None
         _, status, usage = os.wait4(self.proc.pid, 0)
         ended = time.monotonic()
@@ -89,7 +122,7 @@ class WorkerProcess:
         self._exit = Exit(
             returncode=self.proc.returncode,
             wall=ended - self.started,
-            max_rss_mb=usage.ru_maxrss / 1024,  # KiB on Linux
+            max_rss_mb=peak.stop(usage.ru_maxrss),  # KiB on Linux
             cpu_seconds=usage.ru_utime + usage.ru_stime,
             system_seconds=usage.ru_stime,
         )

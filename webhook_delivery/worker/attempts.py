@@ -219,6 +219,7 @@ class Storable:
 
 
 BREAKER_COLUMNS = ("hook_phid", "worker_id")
+ROWS_PER_INSERT = 200  # and at most what the backend takes in one statement (SQLite: 999 parameters)
 
 
 class AttemptLog:
@@ -370,12 +371,13 @@ class AttemptLog:
             )
 
     def _insert(self, attempts: list[AttemptRecord], storable: Storable) -> None:
-        """One executemany in one transaction: a quarter of bulk_create's CPU per row, and this thread
-        competes for the GIL with the deliveries."""
+        """Multi-row INSERTs in one transaction: a quarter of bulk_create's CPU per row, and this thread
+        competes for the GIL with the deliveries. Not executemany: SQLite's steps each row on its own, and
+        hands the GIL over and back once a row."""
         connection = connections["default"]
         table = connection.ops.quote_name(DeliveryAttempt._meta.db_table)
         columns = ", ".join(connection.ops.quote_name(column) for column in COLUMNS)
-        sql = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"
+        values = f"({', '.join(['%s'] * len(COLUMNS))})"
         when = connection.ops.adapt_datetimefield_value
         rows = [
             storable.row(
@@ -399,8 +401,12 @@ class AttemptLog:
             )
             for a in attempts
         ]
+        size = max(1, min(ROWS_PER_INSERT, connection.ops.bulk_batch_size(COLUMNS, rows)))
         with transaction.atomic(using="default"), connection.cursor() as cursor:
-            cursor.executemany(sql, rows)
+            for start in range(0, len(rows), size):
+                chunk = rows[start : start + size]
+                sql = f"INSERT INTO {table} ({columns}) VALUES {', '.join([values] * len(chunk))}"
+                cursor.execute(sql, [value for row in chunk for value in row])
 
     def _prune(self) -> None:
         """Keep GORGE_WEBHOOK_ATTEMPT_LOG_DAYS, and at most GORGE_WEBHOOK_ATTEMPT_LOG_PER_HOOK per hook."""

@@ -193,16 +193,19 @@ class Connection:
                 body.add(data)
             will_close = True
         else:
-            left = length
-            while left:
-                data = self._take(min(left, READ_SIZE), deadline)
-                if not data:
-                    raise IncompleteRead(b"", left)
-                body.add(data)
-                left -= len(data)
+            self._exactly(length, body, deadline)
         locations = [value for name, value in fields if name == "location"]
         answer = Answer(status, ", ".join(locations) if locations else None, body.size, body.kept)
         return answer, not will_close and self._at == len(self._buffer)
+
+    def _exactly(self, size: int, body: _Body, deadline: Deadline) -> None:
+        """`size` bytes of body; IncompleteRead when the stream ends first."""
+        while size:
+            data = self._take(min(size, READ_SIZE), deadline)
+            if not data:
+                raise IncompleteRead(b"", size)
+            body.add(data)
+            size -= len(data)
 
     def _head(self, deadline: Deadline) -> tuple[int, int, list[tuple[str, str]]]:
         while True:
@@ -271,12 +274,7 @@ class Connection:
                 raise IncompleteRead(b"")
             if size == 0:
                 break
-            while size:
-                data = self._take(min(size, READ_SIZE), deadline)
-                if not data:
-                    raise IncompleteRead(b"", size)
-                body.add(data)
-                size -= len(data)
+            self._exactly(size, body, deadline)
             for _ in range(2):  # the line end after the chunk, whatever its two bytes
                 if not self._take(1, deadline):
                     raise IncompleteRead(b"")
