@@ -65,6 +65,9 @@ ROWS = [
     Row("   the same with the attempt log off (N / wall)", "nolog_rate", "/s"),
     Row("   ... its worker CPU per delivery", "nolog_cpu_ms", "ms", digits=2),
     Row("   ... log on as % of log off (same run)", "log_pct", "%", ">= 90%", lambda v: v >= 90),
+    Row("   the same on one core (taskset -c, as CPUAffinity= deploys it)", "pinned_span_rate", "/s"),
+    Row("   ... that, as % of the bare client (same run)", "pinned_span_pct", "%", ">= 90%", lambda v: v >= 90),
+    Row("   ... its worker CPU per delivery", "pinned_cpu_ms", "ms", digits=2),
     Row("3. one hook, one call in flight (N / wall)", "single_rate", "/s", ">= 300/s", lambda v: v >= 300),
     Row("   ... first to last delivery at the receiver", "single_span_rate", "/s"),
     Row("   ... that, as % of the bare client (same run)", "single_span_pct", "%", ">= 60%", lambda v: v >= 60),
@@ -228,6 +231,9 @@ def repetition(ctx: Context, figures: dict[str, float]) -> None:
     log(f"run {ctx.repetition}: 2b. the same with the attempt log off")
     figures.update(scenarios.drain(ctx, "nolog", hooks=16, count=n, env={"GORGE_WEBHOOK_ATTEMPT_LOG": "false"}))
     figures["log_pct"] = 100 * figures["one_rate"] / figures["nolog_rate"]
+    log(f"run {ctx.repetition}: 2c. the same, the worker on one core")
+    figures.update(scenarios.drain(ctx, "pinned", hooks=16, count=n, cpu=max(os.sched_getaffinity(0))))
+    figures["pinned_span_pct"] = 100 * figures["pinned_span_rate"] / figures["bare_rate"]
     log(f"run {ctx.repetition}: 3. one hook, N={ctx.sizes.single_hook}")
     figures.update(scenarios.drain(ctx, "single", hooks=1, count=ctx.sizes.single_hook))
     figures["single_span_pct"] = 100 * figures["single_span_rate"] / figures["bare_rate"]

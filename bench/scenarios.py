@@ -102,10 +102,10 @@ class Context:
         self._runs += 1
         return f"/r{self.repetition}-{self._runs}-{name}/"
 
-    def worker(self, database: str, name: str, *args: str, **env: str) -> WorkerProcess:
+    def worker(self, database: str, name: str, *args: str, cpu: int | None = None, **env: str) -> WorkerProcess:
         self._runs += 1
         log = self.workdir / f"worker-r{self.repetition}-{self._runs}-{name}.log"
-        return WorkerProcess({**worker_env(self.workdir, database), **env}, log, *args)
+        return WorkerProcess({**worker_env(self.workdir, database), **env}, log, *args, cpu=cpu)
 
 
 class CpuMeter:
@@ -244,6 +244,7 @@ def drain(
     processes: int = 1,
     max_concurrent: int = 32,
     env: dict[str, str] | None = None,
+    cpu: int | None = None,
 ) -> dict[str, float]:
     """`count` queued rows over `hooks` hooks, drained by `processes` x `deliver_webhooks --once`. 32 in flight
     by default: room for 16 hooks none of which has answered yet (the lanes give those three quarters)."""
@@ -255,7 +256,7 @@ def drain(
     logged_before = attempts_logged(ctx)
     meter = CpuMeter(ctx)
     workers = [
-        ctx.worker(db.name, f"{name}-{i}", "--once", "--max-concurrent", str(max_concurrent), **(env or {}))
+        ctx.worker(db.name, f"{name}-{i}", "--once", "--max-concurrent", str(max_concurrent), cpu=cpu, **(env or {}))
         for i in range(processes)
     ]
     for worker in workers:

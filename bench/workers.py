@@ -91,10 +91,11 @@ class Exit:
 
 
 class WorkerProcess:
-    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+    def __init__(self, env: dict[str, str], log: Path, *args: str, cpu: int | None = None) -> None:
         self.env = env
         self.log = log
         self.args = args
+        self.cpu = cpu  # run on that one core only (taskset), as a deployment that gives each worker a core
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
         self._exit: Exit | None = None
@@ -103,8 +104,9 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         with self.log.open("ab") as out:
             self.started = time.monotonic()
+            pinned = [] if self.cpu is None else ["taskset", "-c", str(self.cpu)]
             self.proc = subprocess.Popen(
-                [PYTHON, "manage.py", "deliver_webhooks", *self.args],
+                [*pinned, PYTHON, "manage.py", "deliver_webhooks", *self.args],
                 cwd=ROOT,
                 env=self.env,
                 stdout=out,
