@@ -3,7 +3,8 @@
     .venv/bin/python bench/compare.py BASE [--new REV] [--rounds K] [-- BENCH_ARGS...]   (default: --quick, 2 rounds)
 
 BASE's sources (and NEW's, with --new; else this working tree) are unpacked with `git archive` into a
-temporary directory beside this tree's virtualenv;
+temporary directory beside this tree's virtualenv, with this tree's bench/ in place of theirs (the same
+figures, measured the same way);
 each round runs bench/run.py of both, in alternating order (base-new, new-base, ...) so that drift of a
 shared machine falls on both. It prints each figure's median for both and the ratio new/base: the figures
 are noisy in absolute terms, the ratio of runs made together is what a change is judged by.
@@ -78,6 +79,9 @@ def main(argv: list[str]) -> int:
         unpacked.append(tree)
         archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        # This tree's bench measures both: the same figures, measured the same way, whatever REV's bench did.
+        shutil.rmtree(tree / "bench", ignore_errors=True)
+        shutil.copytree(ROOT / "bench", tree / "bench", ignore=shutil.ignore_patterns("__pycache__"))
         return tree
 
     try:
