@@ -106,6 +106,8 @@ TEMPLATES = [
     },
 ]
 
+SQLITE_INIT = "PRAGMA journal_mode=WAL"  # Django's own tables on SQLite (a URL's ?init_command= replaces it)
+
 
 def _database(url: str, variable: str) -> dict[str, object]:
     try:
@@ -120,6 +122,13 @@ def _database(url: str, variable: str) -> dict[str, object]:
         options.setdefault("read_timeout", 60)
         options.setdefault("write_timeout", 60)
         options.setdefault("isolation_level", "read committed")
+        config["OPTIONS"] = options
+    elif config.get("ENGINE") == "django.db.backends.sqlite3":
+        options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]
+        # Write-ahead log: a commit is one synced append instead of a rollback journal written, synced and
+        # deleted (the attempt log's writer took half the CPU, the deliveries a tenth more), and the pages'
+        # reads no longer hold its writes back. Durability is as before (synchronous stays FULL).
+        options.setdefault("init_command", SQLITE_INIT)
         config["OPTIONS"] = options
     return config
 
