@@ -18,6 +18,9 @@ import MySQLdb
 from tests.support import testdb
 
 ROOT = Path(__file__).resolve().parent.parent
+# The tree whose worker is measured: this one, or another commit's sources unpacked by bench/compare.py.
+# The bench itself (seeding, receivers, figures) is always this tree's, so both are measured the same way.
+TREE = Path(os.environ.get("BENCH_TREE") or ROOT).resolve()
 PYTHON = sys.executable
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

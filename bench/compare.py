@@ -3,16 +3,18 @@
     .venv/bin/python bench/compare.py BASE [--new REV] [--rounds K] [-- BENCH_ARGS...]   (default: --quick, 2 rounds)
 
 BASE's sources (and NEW's, with --new; else this working tree) are unpacked with `git archive` into a
-temporary directory beside this tree's virtualenv, with this tree's bench/ in place of theirs (the same
-figures, measured the same way);
-each round runs bench/run.py of both, in alternating order (base-new, new-base, ...) so that drift of a
-shared machine falls on both. It prints each figure's median for both and the ratio new/base: the figures
-are noisy in absolute terms, the ratio of runs made together is what a change is judged by.
+temporary directory beside this tree's virtualenv. This tree's bench/run.py measures both (the same
+figures, measured the same way; BENCH_TREE names the tree whose worker it starts), in alternating order
+each round (base-new, new-base, ...) so that drift of a shared machine falls on both. A figure of the
+worker's insides that a tree does not have (the queue window's idle poll, before it existed) is left
+out. It prints each figure's median for both and the ratio new/base: the figures are noisy in absolute
+terms, the ratio of runs made together is what a change is judged by.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -22,37 +24,47 @@ from pathlib import Path
 from statistics import median
 
 ROOT = Path(__file__).resolve().parent.parent
-ROW = re.compile(r"^(?P<label>\s*\S.*?)\s{2,}(?P<value>-?[\d,.]+)\s(?P<unit>\S+)")  # 1,356 /s: thousands
+# "   ... rows read per delivery        5.07 rows   5.06 .. 5.07": the median, then its unit if it has one
+# ("connections to Phorge's database     6   6 .. 6" has none); 1,356 /s has a thousands separator.
+ROW = re.compile(r"^(?P<label>\s*\S.*?)\s{2,}(?P<value>-?[\d,.]+)(?: (?P<unit>[^\s\d.]\S*))?(?:\s|$)")
 
 
 def figures(output: str) -> dict[str, tuple[float, str]]:
-    """The table's rows: label -> (value, unit), read from bench/run.py's output."""
+    """The table's rows: label -> (value, unit), read from bench/run.py's output. A row is named by its
+    figure's number ("2. ... worker CPU per delivery"), and where that is not enough (the same "... that,
+    as % of the bare client" under two rows of figure 2) by the row it is under as well."""
     found: dict[str, tuple[float, str]] = {}
     in_table = False
-    section = ""
+    section = parent = ""
     for line in output.splitlines():
         if line.startswith("figure "):
             in_table = True
             continue
         if in_table and not line.strip():
             break
-        if in_table and re.match(r"^\d+\. ", line):
+        if not in_table:
+            continue
+        if re.match(r"^\d+\. ", line):
             section = line.split(".", 1)[0] + ". "  # also when its own value is not a number
-        match = ROW.match(line) if in_table else None
-        if match:
-            label = match["label"]
-            if label[0].isspace():  # a row under a numbered figure: "   ... worker CPU per delivery"
-                label = f"{section}{label.strip()}"
-            else:
-                section = label.split(".", 1)[0] + ". "
-            found[label] = (float(match["value"].replace(",", "")), match["unit"])
+        match = ROW.match(line)
+        if not match:
+            continue
+        label = match["label"].strip()
+        if not match["label"][0].isspace():
+            parent = label
+        elif label.startswith("..."):
+            label = f"{section}{label}" if f"{section}{label}" not in found else f"{parent} {label}"
+        else:  # "   the same with the attempt log off": a row of its own under the numbered figure
+            parent = label = f"{section}{label}"
+        found[label] = (float(match["value"].replace(",", "")), match["unit"] or "")
     return found
 
 
 def run(tree: Path, bench_args: list[str]) -> tuple[dict[str, tuple[float, str]], str]:
     done = subprocess.run(
         [str(ROOT / ".venv" / "bin" / "python"), "bench/run.py", *bench_args],
-        cwd=tree,
+        cwd=ROOT,
+        env={**os.environ, "BENCH_TREE": str(tree)},
         capture_output=True,
         text=True,
         check=False,
@@ -79,9 +91,6 @@ def main(argv: list[str]) -> int:
         unpacked.append(tree)
         archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-        # This tree's bench measures both: the same figures, measured the same way, whatever REV's bench did.
-        shutil.rmtree(tree / "bench", ignore_errors=True)
-        shutil.copytree(ROOT / "bench", tree / "bench", ignore=shutil.ignore_patterns("__pycache__"))
         return tree
 
     try:

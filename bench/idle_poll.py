@@ -8,12 +8,14 @@ percentiles, and for contrast the naive candidate query a window-less worker wou
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The measured tree's code (bench/common.py's TREE), not necessarily the bench's own.
+sys.path.insert(0, os.environ.get("BENCH_TREE") or str(Path(__file__).resolve().parent.parent))
 
 import django
 
@@ -24,9 +26,13 @@ def main() -> None:
     from django.conf import settings
     from django.db import connections
 
-    from webhook_delivery.phorge.herald import REQUESTS
-    from webhook_delivery.worker.store import Store
-    from webhook_delivery.worker.window import QueueWindow
+    try:
+        from webhook_delivery.phorge.herald import REQUESTS
+        from webhook_delivery.worker.store import Store
+        from webhook_delivery.worker.window import QueueWindow
+    except ImportError:
+        print("{}")  # a tree from before the queue window (bench/compare.py with an old BASE): no such figures
+        return
 
     config = settings.GORGE_WEBHOOK
     window = QueueWindow(Store(), lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import scenarios
-from bench.common import ROOT, BenchError, machine_busy_fraction, median
+from bench.common import ROOT, TREE, BenchError, machine_busy_fraction, median
 from bench.herald import HeraldDB, Hook
 from bench.receivers import make_receiver
 from bench.scenarios import Context, Sizes
@@ -132,9 +132,11 @@ def code_state() -> tuple[str, str]:
     """(description, digest) of the production code measured: HEAD, uncommitted files, a hash of the sources."""
     digest = hashlib.sha256()
     for package in ("webhook_delivery", "gorge_site"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            digest.update(path.relative_to(ROOT).as_posix().encode())
+        for path in sorted((TREE / package).rglob("*.py")):
+            digest.update(path.relative_to(TREE).as_posix().encode())
             digest.update(path.read_bytes())
+    if TREE != ROOT:
+        return f"the sources in {TREE} (BENCH_TREE)", digest.hexdigest()[:12]
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)

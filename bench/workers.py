@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import PYTHON, ROOT, BenchError, database_url
+from bench.common import PYTHON, TREE, BenchError, database_url
 
 
 def worker_env(workdir: Path, database: str) -> dict[str, str]:
@@ -39,7 +39,7 @@ def migrate(env: dict[str, str], log: Path) -> None:
     with log.open("ab") as out:
         done = subprocess.run(
             [PYTHON, "manage.py", "migrate", "--verbosity", "0"],
-            cwd=ROOT,
+            cwd=TREE,
             env=env,
             stdout=out,
             stderr=out,
@@ -107,7 +107,7 @@ class WorkerProcess:
             pinned = [] if self.cpu is None else ["taskset", "-c", str(self.cpu)]
             self.proc = subprocess.Popen(
                 [*pinned, PYTHON, "manage.py", "deliver_webhooks", *self.args],
-                cwd=ROOT,
+                cwd=TREE,
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
