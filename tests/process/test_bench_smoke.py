@@ -24,7 +24,8 @@ def test_bench_smoke_run_exits_0_and_prints_the_correctness_line(tmp_path: Path)
     # The run measures the workers of the tree BENCH_TREE names (as bench/compare.py does with another
     # commit's sources): a copy of this one whose manage.py notes each command it runs.
     tree = tmp_path / "tree"
-    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".venv", ".git", "var", "__pycache__", "*.sqlite3"))
+    skip = shutil.ignore_patterns(".venv", ".git", ".*_cache", ".hypothesis", "var", "__pycache__", "*.sqlite3")
+    shutil.copytree(ROOT, tree, ignore=skip)
     ran = tmp_path / "ran.txt"
     manage = tree / "manage.py"
     manage.write_text(
