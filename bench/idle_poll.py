@@ -26,13 +26,9 @@ def main() -> None:
     from django.conf import settings
     from django.db import connections
 
-    try:
-        from webhook_delivery.phorge.herald import REQUESTS
-        from webhook_delivery.worker.store import Store
-        from webhook_delivery.worker.window import QueueWindow
-    except ImportError:
-        print("{}")  # a tree from before the queue window (bench/compare.py with an old BASE): no such figures
-        return
+    from webhook_delivery.phorge.herald import REQUESTS
+    from webhook_delivery.worker.store import Store
+    from webhook_delivery.worker.window import QueueWindow
 
     config = settings.GORGE_WEBHOOK
     window = QueueWindow(Store(), lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)

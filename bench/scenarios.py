@@ -17,7 +17,7 @@ from typing import Any
 import requests
 import urllib3
 
-from bench.common import PYTHON, BenchError, connect, percentile, process_cpu_seconds, process_status, tcp_ports
+from bench.common import PYTHON, TREE, BenchError, connect, percentile, process_cpu_seconds, process_status, tcp_ports
 from bench.common import mariadb_pid as read_mariadb_pid
 from bench.herald import (
     HeraldDB,
@@ -489,6 +489,8 @@ def _with_history(ctx: Context, drain_empty: float) -> dict[str, float]:
 
 
 def idle_poll(ctx: Context, database: str) -> dict[str, float]:
+    if not (TREE / "webhook_delivery" / "worker" / "window.py").exists():
+        return {}  # a tree from before the queue window (bench/compare.py with an old BASE): no such figures
     env = worker_env(ctx.workdir, database)
     script = Path(__file__).with_name("idle_poll.py")
     done = subprocess.run(
