@@ -5,8 +5,8 @@ The folders are the processes:
   phorge/    Phorge's values and rules, shared by both: rows and value domains, the due and breaker rules,
              the exact bytes and signature, its SSRF rules, its settings, reads of its other databases
   worker/    `manage.py deliver_webhooks`: the loop, scheduling, the queue window, one hook's job and its
-             results, the only SQL that writes Phorge's table (store.py), the HTTP transport (over its own
-             HTTP/1.1, http1.py), the attempt log, requeue; its parts named and put together in parts.py,
+             results, the only SQL that writes Phorge's table (store.py), the HTTP transport (through
+             libcurl, as PHP's, curl.py), the attempt log, requeue; its parts named and put together in parts.py,
              their in-memory twins in twins.py
   reads/     the reads the pages, the JSON and the alert watcher share (selectors); start no process
   web/       gunicorn: pages, JSON diagnostics, probes and web metrics over reads/; never imports worker/

@@ -20,14 +20,14 @@ from tests.support.rawserver import RawServer, read_request
 from tests.support.receiver import Receiver
 from webhook_delivery.config import default_blacklist
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
-from webhook_delivery.worker import http1, transport
+from webhook_delivery.worker import curl, transport
 
 
 def attempt(uri: str, *, timeout: float = 2.0, blacklist: Any = (), resolver: Any = system_resolver) -> Any:
     deadline = transport.Deadline.after(timeout)
     hop = transport.check_uri(uri, blacklist, resolver, deadline)
     return transport.post(
-        uri, b'{"x": 1}\n', "0" * 64, first_hop=hop, blacklist=blacklist, resolver=resolver, deadline=deadline
+        uri, b'{"x": 1}\n', "0" * 64, owner="PHID-HOOK-test", first_hop=hop, blacklist=blacklist, deadline=deadline
     )
 
 
@@ -237,8 +237,7 @@ def test_tls_is_verified_by_host_name_on_the_pinned_address(
     cert, key = tls_files
     with _tls_server(cert, key) as server:
         assert attempt(f"https://localhost:{server.port}/x") == outcome(60)  # unknown issuer
-        trusting = ssl.create_default_context(cafile=str(cert))
-        monkeypatch.setattr(http1, "TLS_CONTEXT", trusting)
+        monkeypatch.setattr(curl, "CA_FILE", str(cert))
         assert attempt(f"https://localhost:{server.port}/x") == outcome(200)
         assert attempt(f"https://127.0.0.1:{server.port}/x") == outcome(60)  # name mismatch
 

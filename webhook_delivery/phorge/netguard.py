@@ -110,33 +110,6 @@ def parse_target(uri: str) -> Target:
     return Target(parts.scheme, host, port, target, userinfo)
 
 
-_PATH_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-~!$&'()*+,;=:@/")
-_QUERY_SAFE = _PATH_SAFE | {"?"}
-_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
-
-
-def _percent_encoded(part: str, safe: frozenset[str]) -> str:
-    if "%" not in part and part.isascii() and all(ch in safe for ch in part):
-        return part
-    # A part whose every % starts an escape is taken as encoded already: its escapes stay (upper-cased).
-    part, escapes = _ENCODED.subn(lambda match: match.group(0).upper(), part)
-    raw = part.encode("utf-8", "surrogatepass")
-    keep_percent = escapes == raw.count(b"%")
-    return "".join(
-        chr(byte) if (byte < 128 and chr(byte) in safe) or (keep_percent and byte == 0x25) else f"%{byte:02X}"
-        for byte in raw
-    )
-
-
-def encode_target(target: str) -> str:
-    """The request target as it goes on the wire: characters a URI may not carry percent-encoded (UTF-8),
-    escapes already there kept, the fragment dropped. The rules of RFC 3986 as urllib3 applied them,
-    which is what the delivery path sent before it wrote its own requests."""
-    path, question, query = target.partition("#")[0].partition("?")
-    encoded = _percent_encoded(path, _PATH_SAFE)
-    return f"{encoded}?{_percent_encoded(query, _QUERY_SAFE)}" if question else encoded
-
-
 class _Lookups:
     """getaddrinfo() cannot time out by itself, so it runs aside, on a thread of its own per name.
 
@@ -267,6 +240,11 @@ def _ip_literal(host: str) -> IPAddress | None:
         return ipaddress.ip_address(host)
     except ValueError:
         return None
+
+
+def parse_ip(text: str) -> IPAddress | None:
+    """An address as a socket or libcurl gives it (an IPv6 zone dropped), None for anything else."""
+    return _ip_literal(text.split("%", 1)[0])
 
 
 def resolve_allowed(

@@ -31,14 +31,18 @@ class CurlError(Enum):
     """libcurl's error numbers (CURLE_<name>) that an attempt records under errorType `http` or `timeout`,
     as PHP records them, and the dashboard's words for them (None: shown as the number alone)."""
 
-    UNSUPPORTED_PROTOCOL = 1, "malformed response"
+    UNSUPPORTED_PROTOCOL = 1, "malformed response"  # also Phorge's own code for an answer it cannot parse
+    URL_MALFORMAT = 3, "malformed URL"
     COULDNT_RESOLVE_HOST = 6, "could not resolve host"
     COULDNT_CONNECT = 7, "could not connect"
+    WEIRD_SERVER_REPLY = 8, "unreadable reply"
     PARTIAL_FILE = 18, None
+    OUT_OF_MEMORY = 27, "answer too large"
     OPERATION_TIMEDOUT = 28, "timed out"
     SSL_CONNECT_ERROR = 35, "TLS handshake failed"
     TOO_MANY_REDIRECTS = 47, "too many redirects"
     GOT_NOTHING = 52, "empty reply"
+    SEND_ERROR = 55, "send failed"
     RECV_ERROR = 56, "connection reset"
     PEER_FAILED_VERIFICATION = 60, "certificate not trusted"
 

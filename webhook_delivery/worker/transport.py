@@ -1,24 +1,19 @@
-"""One HTTP attempt the way Phorge's HTTPSFuture makes it, over pinned keep-alive connections (http1.py).
+"""One HTTP attempt the way Phorge's HTTPSFuture makes it, through libcurl itself (curl.py).
 
-* One total deadline per attempt (connect, send, redirects and the whole response body), like
-  CURLOPT_TIMEOUT_MS: every wait for the socket gets only the time left, so neither a trickled header
-  nor an endless body can hold a worker past it.
-* The connection goes to the address that passed the blacklist (no second DNS lookup); TLS still
-  verifies the certificate against the host name.
-* Response bodies are drained, never kept and never decompressed: memory stays bounded.
-* Failures are recorded with libcurl's error numbers, as PHP records them.
+* One total deadline per attempt (the lookups before it, connect, TLS, send, redirects and the whole answer),
+  handed to libcurl as CURLOPT_TIMEOUT_MS, as HTTPSFuture does.
+* The first hop goes to the addresses that passed the blacklist (no second lookup); every address any hop
+  connects to is checked again when it is connected; TLS verifies the certificate against the host name.
+* Response bodies are drained, never kept but for their first bytes: memory stays bounded.
+* What is recorded is what PHP records: libcurl's error number, or Phorge's parse of the answer.
 """
 
 from __future__ import annotations
 
-import base64
-import errno
-import http.client
-import ssl
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import unquote, urljoin
 
 from ..config import IPNetwork
 from ..phorge.netguard import (
@@ -28,18 +23,16 @@ from ..phorge.netguard import (
     ResolveTimeout,
     Target,
     TemporaryDNSFailure,
-    encode_target,
+    parse_ip,
     parse_target,
     resolve_allowed,
 )
 from ..phorge.outcomes import CurlError, HttpOutcome
 from ..phorge.payload import SIGNATURE_HEADER
-from .http1 import ConnectFailed, Key, Pools
+from ..phorge.rawanswer import MALFORMED
+from .curl import MAX_REDIRECTS, USER_AGENT, Handles
 
-# Real deliveries by Phorge's daemons carry this agent (libcurl 7.88.1 is Debian 12's); some receivers
-# filter on it, so we send what PHP sends.
-USER_AGENT = "Arcanist/1.0 cURL/7.88.1"
-MAX_REDIRECTS = 20
+__all__ = ["MAX_REDIRECTS", "USER_AGENT", "Deadline", "check_uri", "failure", "post"]
 
 
 @dataclass(frozen=True)
@@ -66,81 +59,29 @@ class Deadline:
         return time.monotonic() >= self.at
 
 
-POOLS = Pools()  # one for the process: a receiver's keep-alive connections serve every hook that points at it
-
-
-def _exception_chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    stack: list[BaseException] = [exc]
-    while stack:
-        current = stack.pop()
-        if any(current is known for known in seen):
-            continue
-        seen.append(current)
-        for linked in (current.__cause__, current.__context__, getattr(current, "reason", None)):
-            if isinstance(linked, BaseException):
-                stack.append(linked)
-        stack.extend(arg for arg in current.args if isinstance(arg, BaseException))
-    return seen
-
-
-def classify(exc: BaseException) -> HttpOutcome:
-    """Map a transport failure to PHP's (errorType, errorCode): timeout/28 or http/<libcurl number>."""
-    chain = _exception_chain(exc)
-
-    def has(*types: type[BaseException]) -> bool:
-        return any(isinstance(e, types) for e in chain)
-
-    if has(TimeoutError, ResolveTimeout):
-        return HttpOutcome("timeout", CurlError.OPERATION_TIMEDOUT.number)
-    if has(TemporaryDNSFailure):
-        return HttpOutcome("http", CurlError.COULDNT_RESOLVE_HOST.number)
-    if has(ssl.SSLCertVerificationError, ssl.CertificateError):
-        return HttpOutcome("http", CurlError.PEER_FAILED_VERIFICATION.number)
-    if has(ssl.SSLError):
-        return HttpOutcome("http", CurlError.SSL_CONNECT_ERROR.number)
-    if has(ConnectionRefusedError, ConnectFailed):
-        return HttpOutcome("http", CurlError.COULDNT_CONNECT.number)
-    if any(isinstance(e, OSError) and e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) for e in chain):
-        return HttpOutcome("http", CurlError.COULDNT_CONNECT.number)
-    if has(http.client.RemoteDisconnected):
-        return HttpOutcome("http", CurlError.GOT_NOTHING.number)
-    if has(http.client.IncompleteRead):
-        return HttpOutcome("http", CurlError.PARTIAL_FILE.number)
-    if has(ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
-        return HttpOutcome("http", CurlError.RECV_ERROR.number)
-    if has(http.client.HTTPException):  # not HTTP, or headers beyond http.client's limits
-        return HttpOutcome("http", CurlError.UNSUPPORTED_PROTOCOL.number)
-    return HttpOutcome("http", CurlError.RECV_ERROR.number)
-
-
-def _request(target: Target, signature: str, body: bytes | None, extra: Sequence[tuple[str, str]] = ()) -> bytes:
-    """The request's bytes. Wire order of libcurl: Host, [Authorization], User-Agent, Accept, the caller's
-    headers in call order, Accept-Encoding, Content-Length. Our own (opt-in) headers come after Phorge's
-    caller headers, as curl would place them had PHP set them last."""
-    lines = [f"POST {encode_target(target.request_target)} HTTP/1.1", f"Host: {target.host_header}"]
-    if target.userinfo:
-        credentials = unquote(target.userinfo).encode("utf-8")
-        lines.append("Authorization: Basic " + base64.b64encode(credentials).decode("ascii"))
-    lines += [
-        f"User-Agent: {USER_AGENT}",
-        "Accept: */*",
-        "Content-Type: application/json",
-        f"{SIGNATURE_HEADER}: {signature}",
-    ]
-    lines += [f"{name}: {value}" for name, value in extra]
-    lines += ["Accept-Encoding: gzip", f"Content-Length: {len(body) if body else 0}", "", ""]
-    head = "\r\n".join(lines).encode("latin-1")
-    return head + body if body else head
+RESPONSE_BYTES_MAX = 2**31 - 1  # what the attempt log's column holds
+HANDLES = Handles()  # the process's libcurl handles, one set per hook
 
 
 def check_uri(
     uri: str, blacklist: Sequence[IPNetwork], resolver: Resolver, deadline: Deadline
 ) -> tuple[Target, tuple[IPAddress, ...]]:
-    """Phorge's URI validation for one hop: the target and its checked addresses, in the order to try
+    """Phorge's URI validation for the first hop: the target and its checked addresses, in the order to try
     them. Raises InvalidURI, TemporaryDNSFailure, ResolveTimeout or (no time left) TimeoutError."""
     target = parse_target(uri)
     return target, resolve_allowed(target, blacklist, resolver, deadline.remaining())
+
+
+def _headers(signature: str, extra: Sequence[tuple[str, str]]) -> list[str]:
+    """HTTPSFuture's header list: the worker's two, then (opt-in) ours, then the empty Expect that keeps
+    libcurl from asking for 100-continue and the Accept-Encoding PHP adds when it can gunzip."""
+    return [
+        "Content-Type: application/json",
+        f"{SIGNATURE_HEADER}: {signature}",
+        *(f"{name}: {value}" for name, value in extra),
+        "Expect:",
+        "Accept-Encoding: gzip",
+    ]
 
 
 def post(
@@ -148,44 +89,61 @@ def post(
     body: bytes,
     signature: str,
     *,
+    owner: str,
     first_hop: tuple[Target, tuple[IPAddress, ...]],
     blacklist: Sequence[IPNetwork],
-    resolver: Resolver,
     deadline: Deadline,
     keep_body: int = 0,
     extra_headers: Sequence[tuple[str, str]] = (),
 ) -> HttpOutcome:
-    """POST `body` as Phorge does, within `deadline`; with `keep_body`, the final
-    answer's first bytes come back too (for the attempt log, when asked for). `extra_headers` (none unless
-    the administrator asks for the delivery id) follow Phorge's headers, on every hop.
+    """POST `body` as Phorge does, within `deadline`, on the connections of `owner` (the hook); with
+    `keep_body`, the answer's first bytes come back too (for the attempt log, when asked for).
+    `extra_headers` (none unless the administrator asks for the delivery id) follow Phorge's, on every hop.
 
-    Raises InvalidURI when a redirect hop is refused.
+    Raises InvalidURI when an address on the way is in the outbound blacklist.
     """
+    target, addresses = first_hop
     try:
-        current_uri = uri
-        payload: bytes | None = body
-        target, addresses = first_hop
-        for hop in range(MAX_REDIRECTS + 1):
-            if hop:
-                target, addresses = check_uri(current_uri, blacklist, resolver, deadline)
-            key = Key(target.scheme, str(addresses[0]), target.port, target.host if target.scheme == "https" else "")
-            request = _request(target, signature, payload, extra_headers)
-            answer = POOLS.exchange(key, tuple(map(str, addresses)), request, deadline, keep_body)
-            status = answer.status
-            if status not in (301, 302, 303, 307, 308) or not answer.location:
-                return HttpOutcome("http", status, status, answer.size, hop, answer.kept)
-            current_uri = urljoin(current_uri, answer.location.strip())
-            if status in (301, 302, 303):
-                payload = None
-        return HttpOutcome("http", CurlError.TOO_MANY_REDIRECTS.number, redirects=MAX_REDIRECTS + 1)
-    except InvalidURI:
-        raise
-    except Exception as exc:  # noqa: BLE001 - every transport failure becomes a PHP-style outcome
+        timeout_ms = max(1, math.ceil(deadline.remaining() * 1000))
+        url = uri.encode("utf-8")
+    except TimeoutError as exc:
         return failure(exc, deadline)
+    except UnicodeError:
+        return HttpOutcome("http", CurlError.URL_MALFORMAT.number)
+    pin = None if parse_ip(target.host) is not None else (target.scheme, target.host, target.port, addresses)
+    exchange = HANDLES.exchange(
+        owner,
+        url=url,
+        pin=pin,
+        body=body,
+        headers=_headers(signature, extra_headers),
+        timeout_ms=timeout_ms,
+        blacklist=blacklist,
+    )
+    if exchange.refused:
+        raise InvalidURI("a hop connects into the outbound blacklist")
+    if exchange.error == CurlError.OPERATION_TIMEDOUT.number:
+        return HttpOutcome("timeout", exchange.error, redirects=exchange.redirects)
+    if exchange.error:
+        return HttpOutcome("http", exchange.error, redirects=exchange.redirects)
+    if exchange.status is None:
+        return HttpOutcome("http", MALFORMED, None, min(exchange.body_bytes, RESPONSE_BYTES_MAX), exchange.redirects)
+    status = exchange.status
+    return HttpOutcome(
+        "http",
+        status,
+        status if 0 <= status <= 999 else None,
+        min(exchange.body_bytes, RESPONSE_BYTES_MAX),
+        exchange.redirects,
+        exchange.body_prefix[:keep_body],
+    )
 
 
 def failure(exc: BaseException, deadline: Deadline) -> HttpOutcome:
-    """The outcome of a failed attempt: a timeout whenever its deadline has passed, else as classify()."""
-    if deadline.passed():
+    """The outcome of an attempt that failed before libcurl was called (the first hop's lookup): a timeout
+    once its deadline has passed, a temporary DNS failure as curl's 6."""
+    if deadline.passed() or isinstance(exc, TimeoutError | ResolveTimeout):
         return HttpOutcome("timeout", CurlError.OPERATION_TIMEDOUT.number)
-    return classify(exc)
+    if isinstance(exc, TemporaryDNSFailure):
+        return HttpOutcome("http", CurlError.COULDNT_RESOLVE_HOST.number)
+    raise exc

@@ -1,0 +1,286 @@
+"""Deliveries through libcurl, the library PHP's HTTPSFuture hands them to, so that every answer is read,
+framed, limited and numbered as Phorge's own worker reads it (pycurl, built against the system's libcurl:
+Debian 12's 7.88.1 is what its php8.2-curl links).
+
+* One set of easy handles per hook (`Handles`): libcurl keeps connections in the handle and matches them by
+  scheme, host name, port and TLS settings, so a connection made for one hook never carries another hook's
+  request. A hook whose checked addresses changed starts its next transfer on a fresh connection.
+* Every address a transfer connects to, on every hop, is checked against the outbound blacklist when its
+  socket is opened, and a kept connection's address again before each request: a refused address ends the
+  attempt as a refused URI, whatever libcurl would have tried next.
+* The first hop's host name is pinned to the addresses the dispatcher checked (CURLOPT_RESOLVE): no second
+  lookup. libcurl follows redirects as HTTPSFuture makes it (20 at most, http and https only).
+* The answer: the buffer PHP would hold (CURLOPT_HEADER: every header block, then the body) judged as
+  Phorge judges it (phorge/rawanswer.py); the body counted and dropped but for its first bytes, a body
+  labelled gzip checked as it streams.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pycurl
+
+from ..config import IPNetwork
+from ..phorge.netguard import IPAddress, is_blocked, parse_ip
+from ..phorge.rawanswer import GzipCheck, final_head, gzdecodes, strip_redirects
+
+# Real deliveries by Phorge's daemons carry this agent (libcurl 7.88.1 is Debian 12's); some receivers
+# filter on it, so we send what PHP sends.
+USER_AGENT = "Arcanist/1.0 cURL/7.88.1"
+MAX_REDIRECTS = 20
+IDLE_HANDLES = 128  # hooks whose handle (and kept connections) stay open between jobs; the least recent goes
+CONNECTIONS_PER_HANDLE = 2  # a hook's receiver, and one more for a redirect
+BODY_KEPT = 64 * 1024  # a body's first bytes, held to judge it as PHP would and for the attempt log
+HEADER_LINE_MAX = 100 * 1024  # libcurl's CURL_MAX_HTTP_HEADER: a longer header line fails the transfer
+HEADS_KEPT = 1024 * 1024  # every header block of one transfer; libcurl allows 300 KiB an answer
+CA_FILE: str | None = None  # None: libcurl's own CA store (the system's)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What one transfer gave: libcurl's error number (0: an answer came), whether an address on the way was
+    refused, and for an answer the status Phorge records (None: its malformed answer)."""
+
+    error: int
+    refused: bool = False
+    status: int | None = None
+    redirects: int = 0
+    body_bytes: int = 0
+    body_prefix: bytes = b""
+
+
+class _Transfer:
+    """One transfer's state, fed by libcurl's callbacks on the thread that performs it."""
+
+    def __init__(self, blacklist: Sequence[IPNetwork]) -> None:
+        self.blacklist = blacklist
+        self.refused = False
+        self.heads = bytearray()
+        self.heads_overflow = False
+        self.body = bytearray()
+        self.body_bytes = 0
+        self.gzip: GzipCheck | None = None
+        self._in_body = False
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+
+    # With CURLOPT_HEADER, libcurl writes every header line to the write callback (in pieces of 16 KiB at
+    # most) and then the same line whole to the header callback; a body's bytes reach only the first, a
+    # trailer's only the second. What the write callback gets is held until the header callback says it was
+    # a header line, or until it cannot be one (longer than libcurl takes a header line).
+    def write(self, data: bytes) -> None:
+        if self._in_body:
+            self._body(data)
+            return
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes > HEADER_LINE_MAX:
+            self._flush()
+
+    def header(self, data: bytes) -> None:
+        if self._in_body or self._pending_bytes != len(data) or b"".join(self._pending) != data:
+            return  # a trailer: not in PHP's buffer
+        self._pending.clear()
+        self._pending_bytes = 0
+        if len(self.heads) + len(data) > HEADS_KEPT:
+            self.heads_overflow = True
+        else:
+            self.heads += data
+
+    def _flush(self) -> None:
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        for data in pending:
+            self._body(data)
+
+    def _body(self, data: bytes) -> None:
+        if not self._in_body:
+            self._in_body = True
+            if b"gzip" in self.heads:
+                self.gzip = GzipCheck()
+        self.body_bytes += len(data)
+        if len(self.body) < BODY_KEPT:
+            self.body += data[: BODY_KEPT - len(self.body)]
+        if self.gzip is not None:
+            self.gzip.feed(data)
+
+    def finish(self) -> None:
+        self._flush()
+
+    def allowed(self, host: str) -> bool:
+        address = parse_ip(host)
+        if self.refused or address is None or is_blocked(address, self.blacklist):
+            self.refused = True
+        return not self.refused
+
+    def judge(self, redirects: int) -> tuple[int | None, bytes]:
+        """The status Phorge records (None: malformed) and the body as Phorge cuts it, as far as held."""
+        if self.heads_overflow:
+            return None, b""  # header blocks beyond 1 MiB in all: taken as malformed, never held
+        heads = len(self.heads)
+        buffer = bytes(self.heads + self.body)
+        rest = strip_redirects(buffer, redirects)
+        head = final_head(rest)
+        if head is None:
+            return None, b""
+        body_at = len(buffer) - len(rest) + head.body_at
+        whole = self.body_bytes <= BODY_KEPT
+        if head.gzip:
+            if body_at == heads and self.gzip is not None:
+                decodes = self.gzip.decodes
+            else:  # Phorge's body is not libcurl's (odd line ends): judged on what is held
+                decodes = whole and gzdecodes(buffer[body_at:])
+            if not decodes:
+                return None, b""
+        return head.status, buffer[body_at:]
+
+
+class _Handle:
+    """A libcurl easy handle for one hook, with the addresses its host names were last pinned to."""
+
+    def __init__(self) -> None:
+        self.curl = curl = pycurl.Curl()
+        self.pins: dict[tuple[str, str, int], frozenset[str]] = {}
+        self.transfer = _Transfer(())
+        protocols = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
+        for option, value in (
+            (pycurl.NOSIGNAL, 1),
+            (pycurl.PROTOCOLS, protocols),
+            (pycurl.REDIR_PROTOCOLS, protocols),
+            (pycurl.CUSTOMREQUEST, "POST"),
+            (pycurl.HEADER, 1),
+            (pycurl.FOLLOWLOCATION, 1),
+            (pycurl.MAXREDIRS, MAX_REDIRECTS),
+            (pycurl.SSL_VERIFYPEER, 1),
+            (pycurl.SSL_VERIFYHOST, 2),
+            (pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1),
+            (pycurl.USERAGENT, USER_AGENT),
+            (pycurl.PROXY, ""),  # never a proxy from the environment: the address checked is the one called
+            (pycurl.MAXCONNECTS, CONNECTIONS_PER_HANDLE),
+        ):
+            curl.setopt(option, value)
+        curl.setopt(pycurl.WRITEFUNCTION, self._write)
+        curl.setopt(pycurl.HEADERFUNCTION, self._header)
+        curl.setopt(pycurl.OPENSOCKETFUNCTION, self._open_socket)
+        curl.setopt(pycurl.PREREQFUNCTION, self._before_request)
+
+    def _write(self, data: bytes) -> None:
+        self.transfer.write(data)
+
+    def _header(self, data: bytes) -> None:
+        self.transfer.header(data)
+
+    def _open_socket(self, purpose: int, address: Any) -> int:
+        if not self.transfer.allowed(address.addr[0]):
+            return int(pycurl.SOCKET_BAD)
+        return socket.socket(address.family, address.socktype, address.protocol).detach()
+
+    def _before_request(self, primary_ip: str, local_ip: str, primary_port: int, local_port: int) -> int:
+        return int(pycurl.PREREQFUNC_OK if self.transfer.allowed(primary_ip) else pycurl.PREREQFUNC_ABORT)
+
+    def perform(
+        self,
+        *,
+        url: bytes,
+        pin: tuple[str, str, int, tuple[IPAddress, ...]] | None,
+        body: bytes,
+        headers: Sequence[str],
+        timeout_ms: int,
+        blacklist: Sequence[IPNetwork],
+    ) -> Exchange:
+        curl = self.curl
+        self.transfer = transfer = _Transfer(blacklist)
+        try:
+            curl.setopt(pycurl.URL, url)
+        except (pycurl.error, ValueError, TypeError):
+            return Exchange(pycurl.E_URL_MALFORMAT)
+        curl.setopt(pycurl.POSTFIELDS, body)
+        curl.setopt(pycurl.HTTPHEADER, list(headers))
+        curl.setopt(pycurl.TIMEOUT_MS, timeout_ms)
+        curl.setopt(pycurl.FRESH_CONNECT, self._pin(pin))
+        if CA_FILE is not None:
+            curl.setopt(pycurl.CAINFO, CA_FILE)
+        error = 0
+        try:
+            curl.perform()
+        except pycurl.error as exc:
+            error = int(exc.args[0])
+        transfer.finish()
+        redirects = int(curl.getinfo(pycurl.REDIRECT_COUNT))
+        if transfer.refused or error:
+            return Exchange(error, transfer.refused, redirects=redirects)
+        status, body_seen = transfer.judge(redirects)
+        return Exchange(0, False, status, redirects, transfer.body_bytes, body_seen)
+
+    def _pin(self, pin: tuple[str, str, int, tuple[IPAddress, ...]] | None) -> int:
+        """Pins the first hop's host name to its checked addresses; 1 (a fresh connection) when they are
+        not the ones its kept connection was made for."""
+        if pin is None:
+            self.curl.setopt(pycurl.RESOLVE, [])
+            return 0
+        scheme, host, port, addresses = pin
+        wanted = frozenset(map(str, addresses))
+        listed = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in addresses)
+        self.curl.setopt(pycurl.RESOLVE, [f"{host}:{port}:{listed}"])
+        before = self.pins.get((scheme, host, port))
+        self.pins[(scheme, host, port)] = wanted
+        return int(before is not None and before != wanted)
+
+    def close(self) -> None:
+        self.curl.close()
+
+
+class Handles:
+    """The hooks' handles: taken by the job delivering to a hook, given back after each attempt, at most
+    `idle` of them kept between jobs."""
+
+    def __init__(self, idle: int = IDLE_HANDLES) -> None:
+        self.idle = idle
+        self._idle: OrderedDict[str, list[_Handle]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def exchange(self, owner: str, **transfer: Any) -> Exchange:
+        handle = self._take(owner)
+        try:
+            exchange = handle.perform(**transfer)
+        except BaseException:
+            handle.close()
+            raise
+        self._give(owner, handle)
+        return exchange
+
+    def _take(self, owner: str) -> _Handle:
+        with self._lock:
+            kept = self._idle.get(owner)
+            if kept:
+                handle = kept.pop()
+                if not kept:
+                    del self._idle[owner]
+                return handle
+        return _Handle()
+
+    def _give(self, owner: str, handle: _Handle) -> None:
+        closing: list[_Handle] = []
+        with self._lock:
+            kept = self._idle.setdefault(owner, [])
+            self._idle.move_to_end(owner)
+            if kept:
+                closing.append(handle)  # one job a hook at a time: a second handle is not worth keeping
+            else:
+                kept.append(handle)
+            while len(self._idle) > self.idle:
+                closing.extend(self._idle.popitem(last=False)[1])
+        for extra in closing:
+            extra.close()
+
+    def close(self) -> None:
+        with self._lock:
+            handles = [handle for kept in self._idle.values() for handle in kept]
+            self._idle.clear()
+        for handle in handles:
+            handle.close()
