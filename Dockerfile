@@ -12,10 +12,11 @@ FROM ${PYTHON_IMAGE} AS builder
 # Debian's packages move with security updates; pinning their versions would break rebuilds.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential libmariadb-dev pkg-config \
+    && apt-get install -y --no-install-recommends build-essential libmariadb-dev libcurl4-openssl-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 COPY requirements.txt /wheels/requirements.txt
-# mysqlclient has no Linux wheel: build it here, against the MariaDB client headers.
+# mysqlclient has no Linux wheel: build it here, against the MariaDB client headers; pycurl against the
+# system's libcurl (requirements.txt says why).
 RUN pip wheel --no-cache-dir --wheel-dir /wheels -r /wheels/requirements.txt
 
 FROM ${PYTHON_IMAGE} AS runtime
@@ -26,13 +27,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     GORGE_HEALTHCHECK_URL=http://127.0.0.1:8000/healthz
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libmariadb3 ca-certificates \
+    && apt-get install -y --no-install-recommends libmariadb3 libcurl4 ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 gorge \
     && useradd --system --uid 10001 --gid gorge --home-dir /app --no-create-home --shell /usr/sbin/nologin gorge
-# The wheels are mounted, not copied, so they never become a layer of the runtime image.
+# The wheels are mounted, not copied, so they never become a layer of the runtime image. They are installed
+# by file: requirements.txt refuses pycurl's binary wheels, this one included.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels -r /wheels/requirements.txt
+    pip install --no-cache-dir --no-index --find-links=/wheels /wheels/*.whl
 
 WORKDIR /app
 COPY manage.py ./

@@ -46,12 +46,14 @@ fi
 
 wanted=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$wanted" ]; then
-  # mysqlclient has no Linux wheel: it compiles against the MariaDB client library.
+  # mysqlclient has no Linux wheel: it compiles against the MariaDB client library; pycurl is built against
+  # the system's libcurl (curl-config, from libcurl4-openssl-dev), the one PHP's curl extension uses.
   missing=()
   command -v pkg-config >/dev/null || missing+=(pkg-config)
   if ! pkg-config --exists libmariadb 2>/dev/null && ! pkg-config --exists mysqlclient 2>/dev/null; then
     missing+=(libmariadb-dev)
   fi
+  command -v curl-config >/dev/null || missing+=(libcurl4-openssl-dev)
   command -v cc >/dev/null || missing+=(build-essential)
   [ ${#missing[@]} -eq 0 ] || need_packages "building mysqlclient" "${missing[@]}"
   say "installing Python packages from requirements-dev.txt"
@@ -61,6 +63,9 @@ fi
 
 if [ "$want_browser" = true ] && ! command -v chromium >/dev/null; then
   need_packages "the browser test (Playwright drives Debian's chromium)" chromium
+fi
+if [ "$want_browser" = true ] && ! command -v curl >/dev/null; then
+  need_packages "the differential tests of the delivery path (the real curl is their oracle)" curl
 fi
 if [ "$want_browser" = true ] && ! command -v promtool >/dev/null; then
   need_packages "the alerting-rule tests (promtool check rules / test rules)" prometheus

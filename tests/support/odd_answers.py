@@ -105,6 +105,7 @@ def _slow_to_refuse(tls: ssl.SSLSocket) -> ssl.SSLSocket:
     answer and refuses it: the client has finished its half and sent its request, as against a busy server,
     and reads the refusal where it waits for an answer."""
     tls.setblocking(False)
+    select.select([tls], [], [], 2)  # the ClientHello: the first step below answers it
     paused = False
     while True:
         try:

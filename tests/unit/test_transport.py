@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.rawserver import RawServer, read_request
+from tests.support.curl_oracle import php_records
+from tests.support.odd_answers import CASES, OK, Case, CaseServer, TlsFiles
+from tests.support.rawserver import RawServer, read_message, read_request
 from tests.support.receiver import Receiver
 from webhook_delivery.config import default_blacklist
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
@@ -144,22 +146,6 @@ def test_a_large_body_that_ends_in_time_is_drained_and_counts() -> None:
         assert attempt(f"http://127.0.0.1:{server.port}/x", timeout=5.0) == outcome(201)
 
 
-@pytest.mark.parametrize(
-    ("answer", "code"),
-    [
-        (b"", 52),  # empty reply
-        (b"SSH-2.0-OpenSSH\r\n\r\n", 1),  # not HTTP
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", 18),  # partial body
-        (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", 404),
-        (b"HTTP/1.1 300 Multiple Choices\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n", 300),
-        (b"HTTP/1.1 302 Found\r\nContent-Length: 0\r\n\r\n", 302),  # no Location: final
-    ],
-)
-def test_response_shapes(answer: bytes, code: int) -> None:
-    with RawServer(_respond(answer)) as server:
-        assert attempt(f"http://127.0.0.1:{server.port}/x") == outcome(code)
-
-
 def test_reset_by_peer_is_http_56() -> None:
     def reset(sock: socket.socket) -> None:
         read_request(sock)
@@ -189,57 +175,17 @@ def test_redirects_follow_curl_method_rules() -> None:
 
 
 @pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    yield cert, key
+def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return TlsFiles.make(tmp_path_factory.mktemp("tls"))
 
 
-def _tls_server(cert: Path, key: Path) -> RawServer:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-
-    def wrap(sock: socket.socket) -> socket.socket:
-        return context.wrap_socket(sock, server_side=True)
-
-    def answer(sock: socket.socket) -> None:
-        read_request(sock)
-        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-
-    return RawServer(answer, wrap=wrap)
-
-
-def test_tls_is_verified_by_host_name_on_the_pinned_address(
-    tls_files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cert, key = tls_files
-    with _tls_server(cert, key) as server:
-        assert attempt(f"https://localhost:{server.port}/x") == outcome(60)  # unknown issuer
-        monkeypatch.setattr(curl, "CA_FILE", str(cert))
-        assert attempt(f"https://localhost:{server.port}/x") == outcome(200)
-        assert attempt(f"https://127.0.0.1:{server.port}/x") == outcome(60)  # name mismatch
+def test_tls_is_verified_by_host_name_on_the_pinned_address(tls: TlsFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+    with CaseServer(Case("tls", (OK,) * 3, tls="ok"), tls) as server:
+        assert attempt(server.url("localhost")) == outcome(60)  # unknown issuer
+        monkeypatch.setattr(curl, "CA_FILE", str(tls.ca))
+        assert attempt(server.url("localhost")) == outcome(200)
+    with RawServer(_respond(OK), host="127.0.0.2", wrap=tls.wrapper("ok")) as server:
+        assert attempt(f"https://127.0.0.2:{server.port}/x") == outcome(60)  # not a name the certificate has
 
 
 def test_tls_handshake_failure_is_http_35() -> None:
@@ -282,3 +228,92 @@ def test_ipaddress_literal_never_touches_the_resolver() -> None:
     with Receiver() as receiver:
         assert attempt(receiver.url("/lit/ok"), resolver=make_resolver(no_dns)) == outcome(200)
     assert ipaddress.ip_address("127.0.0.1")
+
+
+# The differential tests: each odd answer served to the real curl with HTTPSFuture's options (PHP's libcurl)
+# and to the delivery path; what PHP records of it (curl's error, or Phorge's parse of curl's raw buffer) is
+# what the delivery path must record.
+
+BODY, SIGNATURE = b'{"x": 1}\n', "5" * 64
+
+
+def deliver(urls: list[str], owner: str, *, timeout: float = 3.0) -> list[tuple[str, int]]:
+    """Each URL in turn on the hook `owner`'s connections, as the worker delivers a hook's rows."""
+    results = []
+    for url in urls:
+        deadline = transport.Deadline.after(timeout)
+        hop = transport.check_uri(url, (), system_resolver, deadline)
+        http = transport.post(url, BODY, SIGNATURE, owner=owner, first_hop=hop, blacklist=(), deadline=deadline)
+        results.append((http.error_type, http.error_code))
+    return results
+
+
+def php(urls: list[str], tls: TlsFiles, *, timeout: float = 3.0) -> list[tuple[str, int]]:
+    return [(r.error_type, r.error_code) for r in php_records(urls, BODY, SIGNATURE, timeout=timeout, cacert=tls.ca)]
+
+
+@pytest.mark.needs_tool("curl", "php")
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_each_odd_answer_is_recorded_as_php_records_it(
+    case: Case, tls: TlsFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(curl, "CA_FILE", str(tls.ca))
+    with CaseServer(case, tls) as server:
+        urls = [server.url()] * case.requests
+        expected = php(urls, tls)[-1]
+        if case.recorded is not None:  # the oracle gives what was measured with PHP's libcurl
+            assert expected == case.recorded
+        assert deliver(urls, f"PHID-HOOK-{case.name}")[-1] == expected
+
+
+class Redirects:
+    """A receiver that redirects /r<code> to /final with that status (and /loop to itself), and writes down
+    the head of every request it gets."""
+
+    def __init__(self) -> None:
+        self.heads: list[bytes] = []
+        self.bodies: list[bytes] = []
+        self.server = RawServer(self._handle)
+
+    def _handle(self, sock: socket.socket) -> None:
+        buffer = b""
+        while (message := read_message(sock, buffer)) is not None:
+            head, body, buffer = message
+            self.heads.append(head)
+            self.bodies.append(body)
+            path = head.split(b" ", 2)[1]
+            if path == b"/final":
+                sock.sendall(OK)
+            else:
+                status = b"302" if path == b"/loop" else path[2:]
+                target = b"/loop" if path == b"/loop" else b"/final"
+                sock.sendall(b"HTTP/1.1 %s Moved\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n" % (status, target))
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.port}{path}"
+
+    def __enter__(self) -> Redirects:
+        self.server.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.__exit__(*exc)
+
+
+def _fields(head: bytes) -> list[bytes]:
+    return head.split(b"\r\n")
+
+
+@pytest.mark.needs_tool("curl", "php")
+@pytest.mark.parametrize("path", ["/r300", "/r301", "/r302", "/r303", "/r304", "/r305", "/r307", "/r308", "/loop"])
+def test_redirects_are_followed_as_libcurl_follows_them_byte_for_byte(path: str, tls: TlsFiles) -> None:
+    with Redirects() as server:
+        expected = php([server.url(path)], tls)
+        by_curl = len(server.heads)
+        assert deliver([server.url(path)], "PHID-HOOK-redirects") == expected
+    assert [_fields(head) for head in server.heads[by_curl:]] == [_fields(head) for head in server.heads[:by_curl]]
+    assert server.bodies[by_curl:] == server.bodies[:by_curl]
+    if path in ("/r301", "/r302", "/r303"):  # the follow-up: POST, no body and no Content-Length at all
+        follow_up = _fields(server.heads[-1])
+        assert follow_up[0].startswith(b"POST /final ")
+        assert not [field for field in follow_up if field.lower().startswith(b"content-length")]
