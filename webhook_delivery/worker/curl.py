@@ -17,6 +17,7 @@ Debian 12's 7.88.1 is what its php8.2-curl links).
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 from collections import OrderedDict
@@ -35,7 +36,7 @@ from ..phorge.rawanswer import GzipCheck, final_head, gzdecodes, strip_redirects
 USER_AGENT = "Arcanist/1.0 cURL/7.88.1"
 MAX_REDIRECTS = 20
 IDLE_HANDLES = 128  # hooks whose handle (and kept connections) stay open between jobs; the least recent goes
-CONNECTIONS_PER_HANDLE = 2  # a hook's receiver, and one more for a redirect
+CONNECTIONS_PER_HANDLE = 1  # the connection of a hook's last request: the one whose socket is checked
 BODY_KEPT = 64 * 1024  # a body's first bytes, held to judge it as PHP would and for the attempt log
 HEADER_LINE_MAX = 100 * 1024  # libcurl's CURL_MAX_HTTP_HEADER: a longer header line fails the transfer
 HEADS_KEPT = 1024 * 1024  # every header block of one transfer; libcurl allows 300 KiB an answer
@@ -147,6 +148,7 @@ class _Handle:
         self.curl = curl = pycurl.Curl()
         self.pins: dict[tuple[str, str, int], frozenset[str]] = {}
         self.transfer = _Transfer(())
+        self.kept = -1  # the socket of the connection kept after the last transfer
         protocols = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
         for option, value in (
             (pycurl.NOSIGNAL, 1),
@@ -211,6 +213,7 @@ class _Handle:
         except pycurl.error as exc:
             error = int(exc.args[0])
         transfer.finish()
+        self.kept = int(curl.getinfo(pycurl.ACTIVESOCKET))
         redirects = int(curl.getinfo(pycurl.REDIRECT_COUNT))
         if transfer.refused or error:
             return Exchange(error, transfer.refused, redirects=redirects)
@@ -231,6 +234,15 @@ class _Handle:
         self.pins[(scheme, host, port)] = wanted
         return int(before is not None and before != wanted)
 
+    def unclean(self) -> bool:
+        """Whether the kept connection has bytes no request asked for (a second answer, a body after a
+        204, a close): libcurl would read them as the next answer; the handle is then replaced instead."""
+        if self.kept < 0:
+            return False
+        poller = select.poll()
+        poller.register(self.kept, select.POLLIN)
+        return bool(poller.poll(0))
+
     def close(self) -> None:
         self.curl.close()
 
@@ -246,6 +258,9 @@ class Handles:
 
     def exchange(self, owner: str, **transfer: Any) -> Exchange:
         handle = self._take(owner)
+        if handle.unclean():
+            handle.close()
+            handle = _Handle()
         try:
             exchange = handle.perform(**transfer)
         except BaseException:
