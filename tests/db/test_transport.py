@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -107,7 +108,7 @@ def test_every_odd_answer_is_written_as_php_would_write_it(
     assert written == expected
 
 
-def _shared_receiver(first: bytes, then: bytes) -> Callable[[socket.socket], None]:
+def _shared_receiver(first: bytes, then: bytes, leftover_sent: threading.Event) -> Callable[[socket.socket], None]:
     """One receiver address for two hooks: /fail always answers 500; any other path gets `first` and, a
     moment later, `then`: bytes a client finds on the connection before its next request."""
 
@@ -121,6 +122,7 @@ def _shared_receiver(first: bytes, then: bytes) -> Callable[[socket.socket], Non
             sock.sendall(first)
             time.sleep(0.05)
             sock.sendall(then)
+            leftover_sent.set()
 
     return handler
 
@@ -141,13 +143,16 @@ def test_bytes_after_an_answer_never_answer_another_hooks_request(
     """Two hooks on one receiver address: one's receiver answers and then sends more, the other's always
     fails. Each row records its own answer: the failing hook never gets the other's leftover 200."""
     config = dataclasses.replace(delivery_config, outbound_blacklist=())
-    with RawServer(_shared_receiver(first, then)) as shared:
+    leftover_sent = threading.Event()
+    with RawServer(_shared_receiver(first, then, leftover_sent)) as shared:
         odd_hook = phorge.hook(f"http://127.0.0.1:{shared.port}/odd", name="odd")
         failing_hook = phorge.hook(f"http://127.0.0.1:{shared.port}/fail", name="failing")
         odd_rows, failing_rows = [], []
         for _ in range(3):  # one hook, then the other, each run finding what the last one left
             odd_rows.append(phorge.request(odd_hook))
             build_worker(config, once=True).run()
+            assert leftover_sent.wait(5)
+            leftover_sent.clear()
             failing_rows.append(phorge.request(failing_hook))
             build_worker(config, once=True).run()
     assert [_properties_error(phorge.row(phid)) for phid in odd_rows] == [recorded] * 3
