@@ -54,8 +54,12 @@ def _gz(status: bytes, body: bytes) -> bytes:
 CASES: tuple[Case, ...] = (
     Case("plain-200", (OK,), ("http", 200)),
     Case("lines-150", (b"HTTP/1.1 200 OK\r\n" + b"X-A: 1\r\n" * 150 + b"Content-Length: 0\r\n\r\n",), ("http", 200)),
-    Case("line-70000", (b"HTTP/1.1 200 OK\r\nX-Long: " + b"x" * 70000 + b"\r\nContent-Length: 0\r\n\r\n",), ("http", 200)),
-    Case("line-300k", (b"HTTP/1.1 200 OK\r\nX-Big: " + b"y" * 300_000 + b"\r\nContent-Length: 0\r\n\r\n",), ("http", 27)),
+    Case(
+        "line-70000", (b"HTTP/1.1 200 OK\r\nX-Long: " + b"x" * 70000 + b"\r\nContent-Length: 0\r\n\r\n",), ("http", 200)
+    ),
+    Case(
+        "line-300k", (b"HTTP/1.1 200 OK\r\nX-Big: " + b"y" * 300_000 + b"\r\nContent-Length: 0\r\n\r\n",), ("http", 27)
+    ),
     Case("head-310k", (b"HTTP/1.1 200 OK\r\n" + (b"X-B: " + b"z" * 1000 + b"\r\n") * 310 + b"\r\n",)),
     Case("length-abc", (b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\nok",), ("http", 8)),
     Case("length-two", (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",), ("http", 18)),
@@ -82,9 +86,19 @@ CASES: tuple[Case, ...] = (
     Case("continue-200", (b"HTTP/1.1 100 Continue\r\n\r\n" + OK,), ("http", 200)),
     Case("processing-200", (b"HTTP/1.1 102 Processing\r\n\r\n" + OK,), ("http", 102)),
     Case("early-hints-200", (b"HTTP/1.1 103 Early Hints\r\nLink: </s>\r\n\r\n" + OK,), ("http", 103)),
-    Case("continue-500", (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n",), ("http", 500)),
-    Case("processing-500", (b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n",), ("http", 102)),
-    Case("early-hints-500", (b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n",), ("http", 103)),
+    Case(
+        "continue-500", (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n",), ("http", 500)
+    ),
+    Case(
+        "processing-500",
+        (b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n",),
+        ("http", 102),
+    ),
+    Case(
+        "early-hints-500",
+        (b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n",),
+        ("http", 103),
+    ),
     Case("gzip-good", (_gz(b"HTTP/1.1 200 OK", GZIPPED),), ("http", 200)),
     Case("gzip-bad", (_gz(b"HTTP/1.1 200 OK", b"not gzip at all"),), ("http", 1)),
     Case("gzip-cut", (_gz(b"HTTP/1.1 200 OK", GZIPPED[:-4]),), ("http", 1)),

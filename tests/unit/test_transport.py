@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-import ssl
-import subprocess
 import time
 import tracemalloc
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
