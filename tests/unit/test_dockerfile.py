@@ -71,9 +71,9 @@ def test_multi_stage_build_on_python_311_slim() -> None:
     assert re.fullmatch(r"python:3\.11-slim(-bookworm)?", GLOBAL_ARGS.get("PYTHON_IMAGE", ""))
     assert all(stage.base == "${PYTHON_IMAGE}" for stage in STAGES)
     builder = next(stage for stage in STAGES if stage.name == "builder")
-    assert {"libmariadb-dev", "pkg-config", "build-essential"} <= apt_packages(builder)
+    assert {"libmariadb-dev", "libcurl4-openssl-dev", "pkg-config", "build-essential"} <= apt_packages(builder)
     assert any("pip wheel" in run for run in builder.all("RUN"))
-    assert apt_packages(FINAL) == {"libmariadb3", "ca-certificates"}
+    assert apt_packages(FINAL) == {"libmariadb3", "libcurl4", "ca-certificates"}
     assert any("from=builder" in run for run in FINAL.all("RUN")) or any(
         "--from=builder" in copy for copy in FINAL.all("COPY")
     ), "the runtime stage must take the wheels built in the builder"

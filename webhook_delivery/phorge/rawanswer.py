@@ -72,7 +72,7 @@ def final_head(buffer: bytes) -> Head | None:
 
 def _content_encoding(fields: bytes | None) -> bytes | None:
     """parseHeaders(), then the value of the first field named Content-Encoding (ASCII case aside)."""
-    if not fields or fields == b"0":  # PHP: "0" is empty too
+    if not fields or fields == b"0" or b"encoding" not in fields.lower():  # PHP: "0" is empty too
         return None
     for line in _LINE_END.split(fields):
         field = _FIELD.match(line)

@@ -10,8 +10,7 @@ Debian 12's 7.88.1 is what its php8.2-curl links).
   attempt as a refused URI, whatever libcurl would have tried next.
 * The first hop's host name is pinned to the addresses the dispatcher checked (CURLOPT_RESOLVE): no second
   lookup. libcurl follows redirects as HTTPSFuture makes it (20 at most, http and https only).
-* The answer: the buffer PHP would hold (CURLOPT_HEADER: every header block, then the body) judged as
-  Phorge judges it (phorge/rawanswer.py); the body counted and dropped but for its first bytes, a body
+* The answer: the buffer PHP would hold (every header block, then the body) judged as Phorge judges it (phorge/rawanswer.py); the body counted and dropped but for its first bytes, a body
   labelled gzip checked as it streams.
 """
 
@@ -38,7 +37,6 @@ MAX_REDIRECTS = 20
 IDLE_HANDLES = 128  # hooks whose handle (and kept connections) stay open between jobs; the least recent goes
 CONNECTIONS_PER_HANDLE = 1  # the connection of a hook's last request: the one whose socket is checked
 BODY_KEPT = 64 * 1024  # a body's first bytes, held to judge it as PHP would and for the attempt log
-HEADER_LINE_MAX = 100 * 1024  # libcurl's CURL_MAX_HTTP_HEADER: a longer header line fails the transfer
 HEADS_KEPT = 1024 * 1024  # every header block of one transfer; libcurl allows 300 KiB an answer
 CA_FILE: str | None = None  # None: libcurl's own CA store (the system's)
 
@@ -68,38 +66,21 @@ class _Transfer:
         self.body_bytes = 0
         self.gzip: GzipCheck | None = None
         self._in_body = False
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
 
-    # With CURLOPT_HEADER, libcurl writes every header line to the write callback (in pieces of 16 KiB at
-    # most) and then the same line whole to the header callback; a body's bytes reach only the first, a
-    # trailer's only the second. What the write callback gets is held until the header callback says it was
-    # a header line, or until it cannot be one (longer than libcurl takes a header line).
-    def write(self, data: bytes) -> None:
-        if self._in_body:
-            self._body(data)
-            return
-        self._pending.append(data)
-        self._pending_bytes += len(data)
-        if self._pending_bytes > HEADER_LINE_MAX:
-            self._flush()
-
+    # libcurl hands every header line to the header callback (followed redirects' blocks, interim answers, the
+    # final head) and the final body to the write callback: PHP's buffer (CURLOPT_HEADER) is the first, then
+    # the second. A header line after the body began is a chunked answer's trailer, which PHP's buffer does
+    # not hold; the trailers of an empty chunked body are taken as the body's bytes, where they change no
+    # status Phorge records (they hold no blank line before theirs and no gzip member).
     def header(self, data: bytes) -> None:
-        if self._in_body or self._pending_bytes != len(data) or b"".join(self._pending) != data:
-            return  # a trailer: not in PHP's buffer
-        self._pending.clear()
-        self._pending_bytes = 0
+        if self._in_body:
+            return
         if len(self.heads) + len(data) > HEADS_KEPT:
             self.heads_overflow = True
         else:
             self.heads += data
 
-    def _flush(self) -> None:
-        pending, self._pending, self._pending_bytes = self._pending, [], 0
-        for data in pending:
-            self._body(data)
-
-    def _body(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         if not self._in_body:
             self._in_body = True
             if b"gzip" in self.heads:
@@ -109,9 +90,6 @@ class _Transfer:
             self.body += data[: BODY_KEPT - len(self.body)]
         if self.gzip is not None:
             self.gzip.feed(data)
-
-    def finish(self) -> None:
-        self._flush()
 
     def allowed(self, host: str) -> bool:
         address = parse_ip(host)
@@ -155,7 +133,6 @@ class _Handle:
             (pycurl.PROTOCOLS, protocols),
             (pycurl.REDIR_PROTOCOLS, protocols),
             (pycurl.CUSTOMREQUEST, "POST"),
-            (pycurl.HEADER, 1),
             (pycurl.FOLLOWLOCATION, 1),
             (pycurl.MAXREDIRS, MAX_REDIRECTS),
             (pycurl.SSL_VERIFYPEER, 1),
@@ -212,7 +189,6 @@ class _Handle:
             curl.perform()
         except pycurl.error as exc:
             error = int(exc.args[0])
-        transfer.finish()
         self.kept = int(curl.getinfo(pycurl.ACTIVESOCKET))
         redirects = int(curl.getinfo(pycurl.REDIRECT_COUNT))
         if transfer.refused or error:
