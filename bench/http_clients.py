@@ -74,7 +74,9 @@ def _clients(base: str, port: int, directory: Path) -> dict[str, Callable[[], No
     def with_curl() -> None:
         deadline = transport.Deadline.after(15)
         hop = transport.check_uri(url, (), system_resolver, deadline)
-        http = transport.post(url, BODY, SIGNATURE, owner="PHID-HOOK-bench", first_hop=hop, blacklist=(), deadline=deadline)
+        http = transport.post(
+            url, BODY, SIGNATURE, owner="PHID-HOOK-bench", first_hop=hop, blacklist=(), deadline=deadline
+        )
         assert http.error_code == 200
 
     bare = pycurl.Curl()

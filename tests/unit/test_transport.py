@@ -16,7 +16,7 @@ from tests.support.curl_oracle import php_records
 from tests.support.odd_answers import CASES, OK, Case, CaseServer, TlsFiles
 from tests.support.rawserver import RawServer, read_message, read_request
 from tests.support.receiver import Receiver
-from webhook_delivery.config import default_blacklist
+from webhook_delivery.config import default_blacklist, parse_blacklist
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
 from webhook_delivery.worker import curl, transport
 
@@ -73,6 +73,32 @@ def test_connection_goes_to_the_checked_address() -> None:
         result = attempt(f"http://rebind.example:{receiver.port}/a/ok", resolver=make_resolver(rebinding))
         assert result == outcome(200)
         assert receiver.requests[0].header("Host") == f"rebind.example:{receiver.port}"
+
+
+def test_a_hooks_pin_holds_until_its_addresses_change_and_then_a_fresh_connection_is_made() -> None:
+    """The name exists nowhere but in the resolver stand-in: each delivery reaches the address it checked,
+    on the kept connection while the addresses stay, on a new one to the new address when they change."""
+    where = {"address": "127.0.0.1"}
+
+    def lookup(host: str, port: int, *args: Any) -> list[Any]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (where["address"], port))]
+
+    resolver = make_resolver(lookup)
+    with Receiver() as first:
+        with Receiver(host="127.0.0.2", port=first.port) as second:
+            url = f"http://pinned.invalid:{first.port}/pin/ok"
+
+            def deliver() -> Any:
+                deadline = transport.Deadline.after(2.0)
+                hop = transport.check_uri(url, (), resolver, deadline)
+                return transport.post(
+                    url, b"{}", "0" * 64, owner="PHID-HOOK-pin", first_hop=hop, blacklist=(), deadline=deadline
+                )
+
+            assert [deliver() for _ in range(3)] == [outcome(200)] * 3
+            where["address"] = "127.0.0.2"
+            assert [deliver() for _ in range(2)] == [outcome(200)] * 2
+    assert (len(first.requests), len(second.requests)) == (3, 2)
 
 
 def _respond(head: bytes, *, then: Any = None) -> Any:
@@ -313,3 +339,23 @@ def test_redirects_are_followed_as_libcurl_follows_them_byte_for_byte(path: str,
         follow_up = _fields(server.heads[-1])
         assert follow_up[0].startswith(b"POST /final ")
         assert not [field for field in follow_up if field.lower().startswith(b"content-length")]
+
+
+def test_a_kept_connection_serves_only_under_the_blacklist_it_was_checked_against() -> None:
+    """A hook's redirect target, reached and kept while allowed, then put on the outbound blacklist: the
+    next delivery does not use the kept connection, it connects afresh and is refused."""
+    with Receiver(host="127.0.0.2") as target, Receiver() as hook:
+        hook.state.redirect_to = target.url("/target/ok")
+        url = hook.url("/hook/away")
+
+        def deliver(blacklist: Any) -> Any:
+            deadline = transport.Deadline.after(2.0)
+            hop = transport.check_uri(url, blacklist, system_resolver, deadline)
+            return transport.post(
+                url, b"{}", "0" * 64, owner="PHID-HOOK-moved", first_hop=hop, blacklist=blacklist, deadline=deadline
+            )
+
+        assert [deliver(()) for _ in range(2)] == [outcome(200)] * 2
+        with pytest.raises(InvalidURI):
+            deliver(parse_blacklist("127.0.0.2/32"))
+    assert [r.path for r in target.requests] == ["/target/ok"] * 2

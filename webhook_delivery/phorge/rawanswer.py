@@ -17,12 +17,11 @@ from __future__ import annotations
 import functools
 import re
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MALFORMED = 1  # HTTPFutureParseResponseStatus::ERROR_MALFORMED_RESPONSE
 PHP_INT_MAX = 2**63 - 1  # (int) of a longer digit string saturates there
 
-_BLOCK = re.compile(rb"(.*?)\r?\n\r?\n(.*)$", re.S)
 _STATUS_LINE = re.compile(rb"HTTP/\S+ (\d+) ?(.*?)(?:\r?\n(.*))?$", re.S)
 _LINE_END = re.compile(rb"\r?\n")
 _FIELD = re.compile(rb"(.*?):\s*(.*)$")
@@ -42,8 +41,7 @@ def strip_redirects(buffer: bytes, redirects: int) -> bytes:
     return buffer[match.end() :] if match else buffer
 
 
-@dataclass(frozen=True)
-class Head:
+class Head(NamedTuple):
     """The block Phorge takes for the answer: its status, whether its body must gunzip, and where in the
     parsed buffer that body starts."""
 
@@ -56,18 +54,35 @@ def final_head(buffer: bytes) -> Head | None:
     """parseRawHTTPResponse's loop over `buffer` (redirect blocks already stripped); None: malformed."""
     at = 0
     while True:
-        block = _BLOCK.match(buffer, at)
-        if block is None:
+        blank = _blank_line(buffer, at)
+        if blank is None:
             return None
-        status_line = _STATUS_LINE.match(block.group(1))
+        status_line = _STATUS_LINE.match(buffer, at, blank[0])
         if status_line is None:
             return None
         code = min(int(status_line.group(1)), PHP_INT_MAX)
         reason = status_line.group(2).lower()
-        at = block.start(2)
+        at = blank[1]
         if code == 100 or (code == 200 and reason == b"connection established"):
             continue
         return Head(code, _content_encoding(status_line.group(3)) == b"gzip", at)
+
+
+def _blank_line(buffer: bytes, at: int) -> tuple[int, int] | None:
+    """Where rex_base's head ends and its body starts: "^(.*?)\r?\n\r?\n(.*)$" with /s takes the leftmost
+    line end followed by another, a CR before either included."""
+    newline = buffer.find(b"\n", at)
+    while newline >= 0:
+        after = newline + 1
+        if buffer.startswith(b"\n", after):
+            end = after + 1
+        elif buffer.startswith(b"\r\n", after):
+            end = after + 2
+        else:
+            newline = buffer.find(b"\n", after)
+            continue
+        return (newline - 1 if newline > at and buffer[newline - 1] == 13 else newline), end
+    return None
 
 
 def _content_encoding(fields: bytes | None) -> bytes | None:

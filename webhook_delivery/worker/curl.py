@@ -6,8 +6,8 @@ Debian 12's 7.88.1 is what its php8.2-curl links).
   scheme, host name, port and TLS settings, so a connection made for one hook never carries another hook's
   request. A hook whose checked addresses changed starts its next transfer on a fresh connection.
 * Every address a transfer connects to, on every hop, is checked against the outbound blacklist when its
-  socket is opened, and a kept connection's address again before each request: a refused address ends the
-  attempt as a refused URI, whatever libcurl would have tried next.
+  socket is opened: a refused address ends the attempt as a refused URI, whatever libcurl would have tried
+  next. Kept connections serve only while the list they were checked against is the one in force.
 * The first hop's host name is pinned to the addresses the dispatcher checked (CURLOPT_RESOLVE): no second
   lookup. libcurl follows redirects as HTTPSFuture makes it (20 at most, http and https only).
 * The answer: the buffer PHP would hold (every header block, then the body) judged as Phorge judges it (phorge/rawanswer.py); the body counted and dropped but for its first bytes, a body
@@ -55,13 +55,17 @@ class Exchange:
 
 
 class _Transfer:
-    """One transfer's state, fed by libcurl's callbacks on the thread that performs it."""
+    """A transfer's state, fed by libcurl's callbacks on the thread that performs it; a handle's one, reset
+    before each transfer."""
 
-    def __init__(self, blacklist: Sequence[IPNetwork]) -> None:
+    def __init__(self) -> None:
+        self.reset(())
+
+    def reset(self, blacklist: Sequence[IPNetwork]) -> None:
         self.blacklist = blacklist
         self.refused = False
         self.heads = bytearray()
-        self.heads_overflow = False
+        self._room = HEADS_KEPT  # header bytes still taken; none once the body began
         self.body = bytearray()
         self.body_bytes = 0
         self.gzip: GzipCheck | None = None
@@ -73,16 +77,18 @@ class _Transfer:
     # not hold; the trailers of an empty chunked body are taken as the body's bytes, where they change no
     # status Phorge records (they hold no blank line before theirs and no gzip member).
     def header(self, data: bytes) -> None:
-        if self._in_body:
-            return
-        if len(self.heads) + len(data) > HEADS_KEPT:
-            self.heads_overflow = True
-        else:
+        if self._room > 0:
+            self._room -= len(data)
             self.heads += data
+
+    @property
+    def heads_overflow(self) -> bool:
+        return len(self.heads) > HEADS_KEPT
 
     def write(self, data: bytes) -> None:
         if not self._in_body:
             self._in_body = True
+            self._room = 0
             if b"gzip" in self.heads:
                 self.gzip = GzipCheck()
         self.body_bytes += len(data)
@@ -125,8 +131,13 @@ class _Handle:
     def __init__(self) -> None:
         self.curl = curl = pycurl.Curl()
         self.pins: dict[tuple[str, str, int], frozenset[str]] = {}
-        self.transfer = _Transfer(())
+        self.transfer = transfer = _Transfer()
         self.kept = -1  # the socket of the connection kept after the last transfer
+        self._poll: Any = None
+        self._polled = -1
+        self._url = b""
+        self._fresh = False
+        self._checked: Sequence[IPNetwork] = ()  # the outbound blacklist its connections' addresses passed
         protocols = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
         for option, value in (
             (pycurl.NOSIGNAL, 1),
@@ -143,24 +154,14 @@ class _Handle:
             (pycurl.MAXCONNECTS, CONNECTIONS_PER_HANDLE),
         ):
             curl.setopt(option, value)
-        curl.setopt(pycurl.WRITEFUNCTION, self._write)
-        curl.setopt(pycurl.HEADERFUNCTION, self._header)
+        curl.setopt(pycurl.WRITEFUNCTION, transfer.write)
+        curl.setopt(pycurl.HEADERFUNCTION, transfer.header)
         curl.setopt(pycurl.OPENSOCKETFUNCTION, self._open_socket)
-        curl.setopt(pycurl.PREREQFUNCTION, self._before_request)
-
-    def _write(self, data: bytes) -> None:
-        self.transfer.write(data)
-
-    def _header(self, data: bytes) -> None:
-        self.transfer.header(data)
 
     def _open_socket(self, purpose: int, address: Any) -> int:
         if not self.transfer.allowed(address.addr[0]):
             return int(pycurl.SOCKET_BAD)
         return socket.socket(address.family, address.socktype, address.protocol).detach()
-
-    def _before_request(self, primary_ip: str, local_ip: str, primary_port: int, local_port: int) -> int:
-        return int(pycurl.PREREQFUNC_OK if self.transfer.allowed(primary_ip) else pycurl.PREREQFUNC_ABORT)
 
     def perform(
         self,
@@ -172,16 +173,25 @@ class _Handle:
         timeout_ms: int,
         blacklist: Sequence[IPNetwork],
     ) -> Exchange:
-        curl = self.curl
-        self.transfer = transfer = _Transfer(blacklist)
-        try:
-            curl.setopt(pycurl.URL, url)
-        except (pycurl.error, ValueError, TypeError):
-            return Exchange(pycurl.E_URL_MALFORMAT)
+        curl, transfer = self.curl, self.transfer
+        transfer.reset(blacklist)
+        if url != self._url:
+            try:
+                curl.setopt(pycurl.URL, url)
+            except (pycurl.error, ValueError, TypeError):
+                self._url = b""
+                return Exchange(pycurl.E_URL_MALFORMAT)
+            self._url = url
         curl.setopt(pycurl.POSTFIELDS, body)
         curl.setopt(pycurl.HTTPHEADER, list(headers))
         curl.setopt(pycurl.TIMEOUT_MS, timeout_ms)
-        curl.setopt(pycurl.FRESH_CONNECT, self._pin(pin))
+        fresh = pin is not None and self._pin(pin)
+        if blacklist is not self._checked and blacklist != self._checked:
+            fresh = True  # the kept connections were checked against another list: none is used
+            self._checked = blacklist
+        if fresh != self._fresh:
+            curl.setopt(pycurl.FRESH_CONNECT, int(fresh))
+            self._fresh = fresh
         if CA_FILE is not None:
             curl.setopt(pycurl.CAINFO, CA_FILE)
         error = 0
@@ -196,28 +206,30 @@ class _Handle:
         status, body_seen = transfer.judge(redirects)
         return Exchange(0, False, status, redirects, transfer.body_bytes, body_seen)
 
-    def _pin(self, pin: tuple[str, str, int, tuple[IPAddress, ...]] | None) -> int:
-        """Pins the first hop's host name to its checked addresses; 1 (a fresh connection) when they are
-        not the ones its kept connection was made for."""
-        if pin is None:
-            self.curl.setopt(pycurl.RESOLVE, [])
-            return 0
+    def _pin(self, pin: tuple[str, str, int, tuple[IPAddress, ...]]) -> bool:
+        """Pins the first hop's host name to its checked addresses (libcurl keeps a pin until it is
+        replaced); when they changed, the transfer starts on a fresh connection, not on one made for an
+        address no longer checked."""
         scheme, host, port, addresses = pin
         wanted = frozenset(map(str, addresses))
-        listed = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in addresses)
-        self.curl.setopt(pycurl.RESOLVE, [f"{host}:{port}:{listed}"])
         before = self.pins.get((scheme, host, port))
-        self.pins[(scheme, host, port)] = wanted
-        return int(before is not None and before != wanted)
+        fresh = before is not None and before != wanted
+        if before != wanted:
+            listed = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in addresses)
+            self.curl.setopt(pycurl.RESOLVE, [f"{host}:{port}:{listed}"])
+            self.pins[(scheme, host, port)] = wanted
+        return fresh
 
     def unclean(self) -> bool:
         """Whether the kept connection has bytes no request asked for (a second answer, a body after a
         204, a close): libcurl would read them as the next answer; the handle is then replaced instead."""
         if self.kept < 0:
             return False
-        poller = select.poll()
-        poller.register(self.kept, select.POLLIN)
-        return bool(poller.poll(0))
+        if self._polled != self.kept:
+            self._poll = select.poll()
+            self._poll.register(self.kept, select.POLLIN)
+            self._polled = self.kept
+        return bool(self._poll.poll(0))
 
     def close(self) -> None:
         self.curl.close()
