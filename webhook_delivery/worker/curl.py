@@ -10,8 +10,9 @@ Debian 12's 7.88.1 is what its php8.2-curl links).
   next. Kept connections serve only while the list they were checked against is the one in force.
 * The first hop's host name is pinned to the addresses the dispatcher checked (CURLOPT_RESOLVE): no second
   lookup. libcurl follows redirects as HTTPSFuture makes it (20 at most, http and https only).
-* The answer: the buffer PHP would hold (every header block, then the body) judged as Phorge judges it (phorge/rawanswer.py); the body counted and dropped but for its first bytes, a body
-  labelled gzip checked as it streams.
+* The answer: the buffer PHP would hold (every header block, then the body) judged as Phorge judges it
+  (phorge/rawanswer.py); the body counted and dropped but for its first bytes, a gzip body checked as it
+  streams. A kept connection with bytes on it that no request asked for is never used again.
 """
 
 from __future__ import annotations
