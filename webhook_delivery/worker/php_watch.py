@@ -134,7 +134,22 @@ class PhpWatch:
                 "leased_tasks": state.leased_tasks,
                 "recently_archived": state.recently_archived,
             }
-            if state.state == "active":
+            delegated = self._delegated_since is not None and self._task_while_delegated is None
+            if state.state == "active" and delegated and not state.active_tasks:
+                logger.info(
+                    "Phorge's phd ran a HeraldWebhookWorker task in the last minute although its settings say "
+                    "delivery is delegated: with Phorge's side of the handover in force, such a task only leaves "
+                    "its request to this service",
+                    extra={"event": "php.ran_while_delegated", **extra},
+                )
+            elif state.state == "active" and delegated:
+                logger.warning(
+                    "Phorge still runs HeraldWebhookWorker tasks although its settings say delivery is delegated "
+                    "to this service: until each task runs or is cancelled its request is left to it; cancel them "
+                    "(docs/operate/handover.md, step 3)",
+                    extra={"event": "php.seen_delivering", **extra},
+                )
+            elif state.state == "active":
                 logger.warning(
                     "Phorge's PHP worker is also delivering webhooks: stop PHP delivery (docs/operate/handover.md)",
                     extra={"event": "php.seen_delivering", **extra},
