@@ -206,12 +206,11 @@ def readyz(request: HttpRequest) -> JsonResponse:
         "phabricator.silent is on: requests are failed (hook/silent) without a call" if silent else None,
         phorge_status.partition_warning(),
     ]
-    if phorge_status.php_delivery_state().state == "active":
-        warnings.append(
-            "phorge still runs php webhook tasks although delivery is delegated"
-            if delegation == "delegated"
-            else "phorge's php webhook worker is also delivering"
-        )
+    php = phorge_status.php_delivery_state()
+    if php.state == "active" and delegation != "delegated":
+        warnings.append("phorge's php webhook worker is also delivering")
+    elif php.state == "active" and php.active_tasks:  # left over: with the patch a task that ran delivered nothing
+        warnings.append("phorge still has php webhook tasks although delivery is delegated")
     if said := [warning for warning in warnings if warning]:
         body["warning"] = "; ".join(said)
     return JsonResponse(body)
