@@ -3,8 +3,9 @@
 # only when requirements*.txt changed since the last install (a stamp inside the venv), system
 # packages only when absent.
 #   scripts/bootstrap.sh            Python dependencies (and the MariaDB client headers to build them)
-#   scripts/bootstrap.sh --browser  also what the whole suite needs: Debian's chromium (the browser test) and
-#                                   prometheus (promtool, for the alerting-rule tests)
+#   scripts/bootstrap.sh --browser  also what the whole suite needs: Debian's chromium (the browser test),
+#                                   prometheus (promtool, for the alerting-rule tests) and php-cli (php -l on
+#                                   contrib/phorge's patch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,4 +70,7 @@ if [ "$want_browser" = true ] && ! command -v curl >/dev/null; then
 fi
 if [ "$want_browser" = true ] && ! command -v promtool >/dev/null; then
   need_packages "the alerting-rule tests (promtool check rules / test rules)" prometheus
+fi
+if [ "$want_browser" = true ] && ! command -v php >/dev/null; then
+  need_packages "the Phorge patch tests (php -l) and the differential tests (Phorge's parse of an answer)" php-cli
 fi

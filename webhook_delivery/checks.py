@@ -11,9 +11,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from .config import CLUSTER_KEY, CLUSTER_VARIABLE, LOCAL_CONFIG_VARIABLE, DeliveryConfig
-from .phorge.config import LocalConfigFile
-from .phorge.databases import PartitionMap
+from .phorge.config import ConfigDatabase, LocalConfigFile, resolve
+from .phorge.databases import Masters, PartitionMap, herald_connection
 from .phorge.netguard import local_gaps
+from .phorge.php_guard import PhpWorkerGuard
 
 
 @register("gorge")
@@ -43,7 +44,11 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         )
     messages.extend(_phorge_settings(config))
-    messages.extend(_partitioned(config))
+    partitioned, answered = _partitioned(config)
+    messages.extend(partitioned)
+    messages.extend(
+        _php_delivery(config) if answered else [_delivery_info("unknown (Phorge's database did not answer)")]
+    )
     messages.extend(_alert_channels())
     return messages
 
@@ -73,13 +78,14 @@ def _alert_channels() -> list[CheckMessage]:
     return found
 
 
-def _partitioned(config: DeliveryConfig) -> list[CheckMessage]:
+def _partitioned(config: DeliveryConfig) -> tuple[list[CheckMessage], bool]:
+    """The partition warning, and whether Phorge's database answered at all."""
     try:
         warning = PartitionMap(config.namespace, configured=config.cluster).current().warning()
     except DatabaseError:
-        return []  # an unreachable database is the worker's to report, and must not stop every command
+        return [], False  # an unreachable database is the worker's to report, and must not stop every command
     if warning is None:
-        return []
+        return [], True
     if config.cluster is not None:
         hint = f"the map in force is from {config.cluster.origin}: it must place the applications as hoststate does"
     elif config.phorge_local_config:
@@ -92,7 +98,45 @@ def _partitioned(config: DeliveryConfig) -> list[CheckMessage]:
             f"set {LOCAL_CONFIG_VARIABLE} to Phorge's conf/local/local.json (its {CLUSTER_KEY} is read), or "
             f"{CLUSTER_VARIABLE} to Phorge's {CLUSTER_KEY}, so that each application is read on its own master"
         )
-    return [checks.Warning(warning, hint=f"{hint} (docs/operate/partitions.md)", id="gorge.W004")]
+    return [checks.Warning(warning, hint=f"{hint} (docs/operate/partitions.md)", id="gorge.W004")], True
+
+
+_DELIVERY_HINTS = {
+    "not delegated": "to hand delivery over: apply contrib/phorge/gorge-webhook.patch to Phorge and set "
+    "gorge.webhook.uri there (docs/operate/handover.md)",
+    "unknown": f"{LOCAL_CONFIG_VARIABLE}: Phorge's conf/local/local.json, where bin/config set writes "
+    "gorge.webhook.uri and phabricator.silent",
+}
+
+
+def _delivery_info(text: str, state: str = "") -> CheckMessage:
+    return checks.Info(f"PHP delivery: {text}", hint=_DELIVERY_HINTS.get(state), id="gorge.I001")
+
+
+def _php_delivery(config: DeliveryConfig) -> list[CheckMessage]:
+    """What Phorge's PHP does with a new request, as its settings say (contrib/phorge's predicate); a warning
+    when webhook tasks are left while delivery is delegated. Read without the settings' log lines."""
+    masters = Masters.single(config.namespace, herald_connection, configured=config.cluster)
+    local = LocalConfigFile(config.phorge_local_config).read() if config.phorge_local_config else None
+    database = ConfigDatabase(config.namespace, masters=masters)
+    try:
+        delegation = resolve(config, local, database.values(), database.table).delegation
+        php = PhpWorkerGuard(config.namespace, masters=masters).current() if delegation.state == "delegated" else None
+    except DatabaseError:
+        return [_delivery_info("unknown (Phorge's database did not answer)")]
+    messages = [_delivery_info(f"{delegation.state} ({delegation.why})", delegation.state)]
+    if php is not None and php.active_tasks:
+        messages.append(
+            checks.Warning(
+                f"{php.active_tasks} HeraldWebhookWorker task(s) are still in Phorge's queue although delivery is "
+                "delegated: until each runs (and leaves its request queued) or is cancelled, this service leaves "
+                "its request to it",
+                hint="./bin/phd stop; ./bin/worker cancel --class HeraldWebhookWorker --active; ./bin/phd start "
+                "(docs/operate/handover.md, step 3)",
+                id="gorge.W006",
+            )
+        )
+    return messages
 
 
 def _phorge_settings(config: DeliveryConfig) -> list[CheckMessage]:

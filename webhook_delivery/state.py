@@ -1,6 +1,6 @@
 """What one process tells another, typed once for the writer and the reader: a worker's heartbeat state
 (written every few seconds into Django's own database, read by the dashboard and /api/webhook/health),
-and the PHP-guard state (Phorge's own worker still delivering?)."""
+the PHP-guard state (Phorge's own worker still delivering?) and a PHP task seen while delivery is delegated."""
 
 from __future__ import annotations
 
@@ -74,6 +74,38 @@ class PhpDelivery:
         )
 
 
+class TaskWhileDelegatedState(TypedDict):
+    """The JSON shape of TaskWhileDelegated."""
+
+    request: str
+    created: int
+    seen: int
+
+
+@dataclass(frozen=True)
+class TaskWhileDelegated:
+    """A request created while Phorge's settings said delivery is delegated to this service that got a
+    HeraldWebhookWorker task anyway: Phorge's side of the handover is missing or not in force. Times on
+    Phorge's database clock: when the request was created, and when a worker saw its task."""
+
+    request: str
+    created: int
+    seen: int
+
+    def as_json(self) -> TaskWhileDelegatedState:
+        return {"request": self.request, "created": self.created, "seen": self.seen}
+
+    @classmethod
+    def from_json(cls, data: Any) -> TaskWhileDelegated | None:
+        """Read back tolerantly: None unless the beat carries one whole."""
+        if not isinstance(data, Mapping):
+            return None
+        request, created, seen = data.get("request"), _count(data.get("created")), _count(data.get("seen"))
+        if not isinstance(request, str) or created is None or seen is None:
+            return None
+        return cls(request, created, seen)
+
+
 class WorkerState(TypedDict):
     """worker.Worker.snapshot(): the heartbeat's `state` column. Read back tolerantly: an older worker may
     have written fewer keys."""
@@ -92,5 +124,6 @@ class WorkerState(TypedDict):
     stopping: bool
     php_worker: PhpDeliveryState
     delivery_paused: str | None  # why the worker delivers nothing (Phorge's silent mode unknown)
+    php_task_while_delegated: TaskWhileDelegatedState | None  # the last one this process saw
     phorge_now: int  # Phorge's database clock at this beat, as the worker estimates it
     stopped: NotRequired[str]  # the last beat: "clean" (SIGTERM, or the end of --once) or "error"

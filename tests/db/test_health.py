@@ -46,7 +46,7 @@ def test_healthz_needs_no_database(client: Any, phorge: Phorge) -> None:
 
 def test_readyz_follows_the_phorge_database(client: Any, phorge: Phorge, caplog: pytest.LogCaptureFixture) -> None:
     response = client.get("/readyz")
-    assert (response.status_code, json.loads(response.content)) == (200, {"status": "ok"})
+    assert (response.status_code, json.loads(response.content)) == (200, {"status": "ok", "php_delivery": "unknown"})
     with phorge_unreachable():
         response = client.get("/readyz")
     assert response.status_code == 503

@@ -169,7 +169,8 @@ def test_start_up_lines_name_each_settings_value_and_source(
         == f"Phorge setting in force: phabricator.base-uri = https://phorge.example.com, from database ({table})"
     )
     assert said[3] == "Phorge setting in force: phd.garbage-collection herald.webhooks = 7 days, from Phorge's default"
-    assert len(said) == 4
+    assert said[4] == "Phorge setting in force: gorge.webhook.uri = not set, from Phorge's default"
+    assert len(said) == 5
     looked = [r.getMessage() for r in caplog.records if getattr(r, "event", "") == "settings.looked"]
     assert looked == [f"Phorge settings at Phorge's default: not set in {path}; not set in {table}"], "said once"
 

@@ -1,12 +1,12 @@
 """Phorge's own switches, read where Phorge keeps them: `phabricator.silent`, `security.outbound-blacklist`,
-`phabricator.base-uri` and `phd.garbage-collection`.
+`phabricator.base-uri`, `phd.garbage-collection` and the handover's `gorge.webhook.uri` (delegation.py).
 
-All four are locked options in Phorge: `bin/config set` writes them to `conf/local/local.json`
-(GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG names that file here) and refuses to put them in the database, though
-Phorge still honours values an older install left in `<ns>_config.config_entry`. Each is resolved in one
-order: the service's own variable, the local file, the database, Phorge's default. Silent mode is the one
-that must never be guessed: when neither a variable, nor the file, nor a value in the database says, it is
-unknown, and the worker delivers nothing until someone declares it.
+All are locked options in Phorge (the last as contrib/phorge declares it): `bin/config set` writes them to
+`conf/local/local.json` (GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG names that file here) and refuses to put them in
+the database, though Phorge still honours values an older install left in `<ns>_config.config_entry`. Each
+is resolved in one order: the service's own variable, the local file, the database, Phorge's default.
+Silent mode is the one that must never be guessed: when neither a variable, nor the file, nor a value in
+the database says, it is unknown, and the worker delivers nothing until someone declares it.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from .databases import (
     qualified,
     select,
 )
+from .delegation import DELEGATION_KEYS, SERVICE_URI, Delegation, decide, first_switch
 from .herald import text
 from .netguard import local_gaps
 
@@ -51,7 +52,7 @@ SILENT = "phabricator.silent"
 BLACKLIST = "security.outbound-blacklist"
 BASE_URI = "phabricator.base-uri"
 COLLECTION = "phd.garbage-collection"
-SETTING_KEYS = (SILENT, BLACKLIST, BASE_URI, COLLECTION)
+SETTING_KEYS = (SILENT, BLACKLIST, BASE_URI, COLLECTION, *DELEGATION_KEYS)
 REQUEST_RETENTION_SEC = 7 * 86400  # Phorge's default for herald.webhooks in phd.garbage-collection
 LOCAL_FILE_RECHECK_SEC = 1.0
 LOCAL_FILE_REREAD_SEC = 30.0  # read again this often even when nothing about the file seems to change
@@ -94,6 +95,13 @@ class Resolved(Generic[T]):
     source: Source
     where: str
 
+    @property
+    def origin(self) -> str:
+        """In a phrase: `local file /path`, `Phorge's default`; for an unknown value, why."""
+        if self.source in ("unknown", "Phorge's default") or not self.where:
+            return self.where if self.source == "unknown" else self.source
+        return f"{self.source} {self.where}"
+
     def describe(self) -> str:
         """Where it came from; for a default, only that (PhorgeConfig.looked says once where it was looked for)."""
         if self.source == "Phorge's default" or not self.where:
@@ -117,14 +125,23 @@ class PhorgeConfig:
     base_uri: Resolved[str | None]
     retention: Resolved[int | None]
     looked: str = ""  # where a setting left at Phorge's default was looked for, and why not found
+    switch: Resolved[bool | None] = Resolved(None, "unknown", "")  # the handover's switch: on = delegated
+    switch_option: str = SERVICE_URI  # or the soulteary/phorge fork's gorge.webhook.owner, where it is set
+    switch_text: str = "unknown"  # its value for people: set, not set, unknown (never the URI itself)
 
     @property
     def defaults_looked(self) -> str:
         """Where the settings left at Phorge's default were looked for; empty when none is."""
         at_default = any(
-            where.source == "Phorge's default" for where in (self.silent, self.blacklist, self.base_uri, self.retention)
+            where.source == "Phorge's default"
+            for where in (self.silent, self.blacklist, self.base_uri, self.retention, self.switch)
         )
         return self.looked if at_default else ""
+
+    @property
+    def delegation(self) -> Delegation:
+        """Whether Phorge's PHP hands each new request to this service (contrib/phorge's predicate)."""
+        return decide(self.switch_option, self.switch.value, self.switch.origin, self.silent.value, self.silent.origin)
 
     @property
     def silent_unknown(self) -> bool:
@@ -160,6 +177,7 @@ class PhorgeConfig:
             (BLACKLIST, blacklist, self.blacklist),
             (BASE_URI, self.base_uri.value or "not set", self.base_uri),
             (f"{COLLECTION} herald.webhooks", kept, self.retention),
+            (self.switch_option, self.switch_text, self.switch),
         ]
 
 
@@ -227,7 +245,31 @@ def resolve(
         retention = Resolved(request_retention({COLLECTION: found[2]}), found[0], found[1])
     else:
         retention = Resolved(REQUEST_RETENTION_SEC, "Phorge's default", nowhere)
-    return PhorgeConfig(silent=silent, blacklist=blacklist, base_uri=base_uri, retention=retention, looked=nowhere)
+    option, switch, shown = _switch(local, stored, nowhere)
+    return PhorgeConfig(
+        silent=silent,
+        blacklist=blacklist,
+        base_uri=base_uri,
+        retention=retention,
+        looked=nowhere,
+        switch=switch,
+        switch_option=option,
+        switch_text=shown,
+    )
+
+
+def _switch(
+    local: LocalRead | None, stored: Callable[[str], tuple[Source, str, Any] | None], nowhere: str
+) -> tuple[str, Resolved[bool | None], str]:
+    """The handover's switch, found as silent mode is (a locked option): the option that decides, on or off,
+    and its value as text."""
+    if local is not None and local.values is None:
+        return SERVICE_URI, Resolved(None, "unknown", f"cannot read {local.path}: {local.problem}"), "unknown"
+    if (found := first_switch(stored)) is not None:
+        return found[0], Resolved(found[1], found[2], found[3]), found[4]
+    if local is not None:
+        return SERVICE_URI, Resolved(False, "Phorge's default", nowhere), "not set"
+    return SERVICE_URI, Resolved(None, "unknown", nowhere), "unknown"
 
 
 def _networks(value: Any) -> tuple[IPNetwork, ...] | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from ..state import WorkerState
+from ..state import TaskWhileDelegated, WorkerState
 from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -98,6 +98,7 @@ class WorkerStatus:
     hooks_held: frozenset[str]  # the holds this process had read at the beat: it starts no call for these
     degraded: Mapping[str, int]  # cumulative counters of this process, by reason
     counts: Mapping[str, int]
+    php_task_while_delegated: TaskWhileDelegated | None = None  # Phorge's side of the handover not in force
 
     @property
     def last_heard(self) -> int:
@@ -163,6 +164,7 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
                 hooks_held=frozenset(str(phid) for phid in state.get("hooks_held") or () if isinstance(phid, str)),
                 degraded={k.removeprefix("degraded."): v for k, v in counts.items() if k.startswith("degraded.")},
                 counts=counts,
+                php_task_while_delegated=TaskWhileDelegated.from_json(state.get("php_task_while_delegated")),
             )
         )
     return result

@@ -104,6 +104,7 @@ def _worker_json(worker: WorkerStatus) -> dict[str, Any]:
         "hooks_misconfigured": worker.hooks_misconfigured,
         "hooks_lock_busy": worker.hooks_lock_busy,
         "degraded": dict(worker.degraded),
+        "php_task_while_delegated": None if (seen := worker.php_task_while_delegated) is None else seen.as_json(),
     }
 
 
@@ -168,9 +169,11 @@ def _operator_json() -> dict[str, Any]:
 def _settings_json() -> dict[str, Any]:
     resolved = phorge_status.phorge_settings()
     if resolved is None:
-        return {"delivery_paused": None, "settings": []}
+        return {"delivery_paused": None, "php_delivery": {"state": "unknown", "why": ""}, "settings": []}
+    delegation = resolved.delegation
     return {
         "delivery_paused": resolved.paused_reason(),
+        "php_delivery": {"state": delegation.state, "why": delegation.why},
         "settings": [
             {"option": option, "value": shown, "source": where.source, "where": where.where}
             for option, shown, where in resolved.summary()

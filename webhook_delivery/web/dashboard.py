@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from ..config import DeliveryConfig
 from ..phorge.config import PhorgeConfig
+from ..phorge.delegation import Delegation
+from ..phorge.php_guard import RECENT_ARCHIVE_SEC
 from ..reads import herald as selectors
 from ..reads import phorge_status, replica
 from ..reads.health import HookHealth, QueueHealth
@@ -13,7 +15,7 @@ from ..reads.herald import RecentFailure
 from ..reads.replica import NO_REPLICA, ReplicaState
 from ..records import heartbeat
 from ..records.heartbeat import WorkerStatus
-from ..state import PhpDelivery
+from ..state import PhpDelivery, TaskWhileDelegated
 from .history import DeliverySeries, delivery_series
 
 HOOKS_SHOWN = 200
@@ -41,6 +43,21 @@ class Dashboard:
     def last_worker(self) -> WorkerStatus | None:
         """The worker heard from last, alive or not (the table lists the last day's)."""
         return max(self.workers, key=lambda worker: worker.last_seen, default=None)
+
+    @property
+    def delegation(self) -> Delegation | None:
+        """Whether Phorge hands delivery to this service; None: its settings cannot be read now."""
+        return None if self.settings is None else self.settings.delegation
+
+    @property
+    def task_while_delegated(self) -> TaskWhileDelegated | None:
+        """The newest request a worker saw get a PHP task although delivery is delegated, in the last 15
+        minutes and while Phorge's settings still say so: Phorge's side of the handover is not in force."""
+        if self.delegation is None or self.delegation.state != "delegated":
+            return None
+        seen = (worker.php_task_while_delegated for worker in self.workers)
+        latest = max((one for one in seen if one is not None), key=lambda one: one.seen, default=None)
+        return latest if latest is not None and latest.seen >= self.health.now - RECENT_ARCHIVE_SEC else None
 
     @property
     def hooks_shown(self) -> list[HookHealth]:

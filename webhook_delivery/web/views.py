@@ -196,16 +196,21 @@ def readyz(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"status": "unavailable", "reason": "phorge database unreachable"}, status=503)
     resolved = phorge_status.phorge_settings()
     paused = None if resolved is None else resolved.paused_reason()
+    # Whether Phorge hands delivery to this service (contrib/phorge): Phorge's setup check compares it.
+    delegation = "unknown" if resolved is None else resolved.delegation.state
     if paused is not None:
-        return JsonResponse({"status": "unavailable", "reason": paused}, status=503)
-    body = {"status": "ok"}
+        return JsonResponse({"status": "unavailable", "reason": paused, "php_delivery": delegation}, status=503)
+    body = {"status": "ok", "php_delivery": delegation}
     silent = resolved is not None and resolved.silent.value is True
     warnings = [
         "phabricator.silent is on: requests are failed (hook/silent) without a call" if silent else None,
         phorge_status.partition_warning(),
     ]
-    if phorge_status.php_delivery_state().state == "active":
+    php = phorge_status.php_delivery_state()
+    if php.state == "active" and delegation != "delegated":
         warnings.append("phorge's php webhook worker is also delivering")
+    elif php.state == "active" and php.active_tasks:  # left over: with the patch a task that ran delivered nothing
+        warnings.append("phorge still has php webhook tasks although delivery is delegated")
     if said := [warning for warning in warnings if warning]:
         body["warning"] = "; ".join(said)
     return JsonResponse(body)

@@ -123,6 +123,7 @@ class Worker:
             "stopping": self.stopping.is_set(),
             "php_worker": self.php.latest().as_json(),
             "delivery_paused": self.paused,
+            "php_task_while_delegated": None if (seen := self.php.task_while_delegated()) is None else seen.as_json(),
             "phorge_now": self.window.estimated_now(),
         }
 
@@ -221,7 +222,7 @@ class Worker:
         clean = False
         try:
             while not self.stopping.is_set():
-                self.php.watch()  # what delivery threads read, and the heartbeat shows
+                self.php.watch(self.window.estimated_now())  # what delivery threads read, the heartbeat shows
                 self._beat()
                 self._check_locks()
                 scheduled, more = self._poll_and_schedule(pool, running)

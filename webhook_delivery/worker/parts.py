@@ -167,7 +167,7 @@ def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher
             blacklist=settings.blacklist,
             objects=PhorgeObjects(config.namespace, masters=masters),
         ),
-        php=PhpWatch(PhpWorkerGuard(config.namespace, masters=masters)),
+        php=PhpWatch(PhpWorkerGuard(config.namespace, masters=masters), lambda: settings.current().delegation),
         heartbeat=heartbeat,
         holds=HeldHooks(),
         notices=RequeueNotices(),
