@@ -35,7 +35,7 @@ def channel_env(site: SiteDatabase, smtp: Smtp, chat: Chat, **extra: str) -> dic
         "GORGE_ALERT_EMAIL_TO": "ops@example.com,oncall@example.com",
         "GORGE_ALERT_WEBHOOK_URL": chat.url,
         "GORGE_ALERT_SITE_URL": "https://gorge.example.com",
-        "GORGE_ALERT_INTERVAL_SEC": "0.3",
+        "GORGE_ALERT_INTERVAL_SEC": "1",
         "GORGE_ALERT_CHANNEL_TIMEOUT_SEC": "2",
         **extra,
     }
@@ -83,7 +83,7 @@ def test_two_watchers_side_by_side_notify_each_condition_exactly_once(
     phorge: Phorge, receiver: Receiver, smtp: Smtp, chat: Chat, site: SiteDatabase, watchers: Any
 ) -> None:
     hooks = [failing_hook(phorge, receiver, f"pair{i}") for i in range(10)]
-    env = channel_env(site, smtp, chat, GORGE_WEBHOOK_ERROR_THRESHOLD="3", GORGE_ALERT_INTERVAL_SEC="0.1")
+    env = channel_env(site, smtp, chat, GORGE_WEBHOOK_ERROR_THRESHOLD="3", GORGE_ALERT_INTERVAL_SEC="1")
     pair = [watchers("a", **env).start(), watchers("b", **env).start()]
     wait_for(lambda: all(count_in(smtp.bodies, "ALERT", h) for h in hooks), 20, "every hook's alert by e-mail")
     wait_for(lambda: all(count_in(chat.texts, "ALERT", h) for h in hooks), 20, "every hook's alert in chat")
