@@ -167,6 +167,10 @@ def send(target: AppriseTarget, config: AlertConfig, subject: str, body: str) ->
             accepted = plugin.notify(body=body, title=subject, body_format=apprise.NotifyFormat.TEXT)
         except Exception as exc:  # noqa: BLE001 - a plugin's failure is this channel's failure, told by kind
             raise ChannelError(type(exc).__name__) from None
+    if call.redirected is not None:
+        # Not followed (outbound.bounded_requests): a failed send, retried with backoff, whatever the plugin
+        # made of the answer.
+        raise ChannelError(f"HTTP {call.redirected}: a redirect, not followed")
     if accepted:
         return
     if call.fired:

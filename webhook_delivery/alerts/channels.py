@@ -81,6 +81,8 @@ def send_chat(config: AlertConfig, subject: str, body: str) -> None:
         answer = post(config.chat_url, json={"text": chat_text(body)}, timeout=timeout, max_bytes=CHAT_ANSWER_BYTES)
     except OutboundError as exc:
         raise ChannelError(str(exc)) from None
+    if 300 <= answer.status < 400:
+        raise ChannelError(f"HTTP {answer.status}: a redirect, not followed")  # outbound.post follows none
     if not 200 <= answer.status < 300:
         refused = 400 <= answer.status < 500 and answer.status not in (408, 429)
         raise ChannelError(f"HTTP {answer.status}", refused=refused)
