@@ -205,7 +205,7 @@ def readyz(request: HttpRequest) -> JsonResponse:
         phorge_status.partition_warning(),
     ]
     if phorge_status.php_delivery_state().state == "active":
-        warnings.append("phorge's php webhook worker is also delivering")
+        warnings.append("Phorge's PHP worker is also delivering webhooks")  # as the dashboard says it
     if said := [warning for warning in warnings if warning]:
         body["warning"] = "; ".join(said)
     return JsonResponse(body)
