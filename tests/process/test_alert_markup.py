@@ -22,6 +22,7 @@ import pytest
 from tests.support.chat_services import ChatServices, Posted
 from webhook_delivery.alerts import apprise_channels, messages
 from webhook_delivery.alerts.config import AlertConfig
+from webhook_delivery.wording import LINK_INDENT
 
 JOINER = messages.JOINER
 NAME = (
@@ -127,7 +128,7 @@ def assert_neutral(text: str, reads_as: str) -> None:
     else:
         assert not re.search(f"<(?!{JOINER})", text), "a tag, an autolink, <!channel>, <@id> or <t:...>"
         if reads_as == "markdown":
-            ours = [line for line in text.split("\n") if not line.startswith(messages.LINK_INDENT)]
+            ours = [line for line in text.split("\n") if not line.startswith(LINK_INDENT)]
             assert not MARKUP_CHARS.search("\n".join(ours)), "Markdown's or a chat's own markup, unescaped"
             rendered = _Tags()
             rendered.feed(python_markdown.markdown(text))

@@ -24,7 +24,8 @@ from __future__ import annotations
 import html
 import re
 
-from .messages import JOINER, LINK_INDENT
+from ..wording import LINK_INDENT
+from .messages import JOINER
 
 # Plugin families (apprise_channels._module) that show plain text as it is, or escape it themselves.
 PLAIN = frozenset({"custom_json", "custom_form", "custom_xml", "ntfy", "gotify", "slack", "matrix"})
