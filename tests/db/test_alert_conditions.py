@@ -20,8 +20,8 @@ from django.core import mail
 from tests.support.clock import PhorgeClock
 from tests.support.helpers import PHORGE_DB, Phorge
 from tests.support.phorge_app_db import AppDatabases
-from webhook_delivery.alerts.config import AlertConfig
 from webhook_delivery.alerts import messages
+from webhook_delivery.alerts.config import AlertConfig
 from webhook_delivery.alerts.messages import SUBJECT_LIMIT
 from webhook_delivery.alerts.models import AlertCondition, AlertNotification
 from webhook_delivery.alerts.watcher import Watcher
