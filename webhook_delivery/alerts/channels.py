@@ -59,12 +59,13 @@ class AlertEmail(EmailMessage):
     without the header's name, so the first encoded word does not fit beside `Subject:` and goes to a line of
     its own, after an empty one, and the subject read back starts with a space."""
 
-    def message(self) -> Any:
-        msg = super().message()
-        if not self.subject.isascii():
+    def message(self, **kwargs: Any) -> Any:
+        msg = super().message(**kwargs)
+        subject = str(self.subject)
+        if not subject.isascii():
             del msg["Subject"]
             # Message's own __setitem__: Django's refuses a Header (it checks the text, which was checked above).
-            Message.__setitem__(msg, "Subject", Header(self.subject, self.encoding or "utf-8", header_name="Subject"))
+            Message.__setitem__(msg, "Subject", Header(subject, self.encoding or "utf-8", header_name="Subject"))
         return msg
 
 
