@@ -110,6 +110,7 @@ def test_a_failing_hook_counts_only_this_incidents_failures_and_ends_when_it_del
     what = staff.get("/").content.decode().split('<td class="gw-alert-what">', 1)[1].split("</td>", 1)[0]
     assert f'<a href="https://phorge.example.org/T{task_id}">https://phorge.example.org/T{task_id}</a>' in what
     assert f'<a href="{SITE}/hooks/{hook}/">' in what
+    assert f"for <code>T{task_id}</code>." in what and "<code>ci-bridge</code>" in what and "`" not in what
 
     clock.advance(60)
     phorge.request(hook, created=T + 60, status="sent", lastRequestResult="okay", lastRequestEpoch=T + 60)

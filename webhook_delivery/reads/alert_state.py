@@ -33,6 +33,15 @@ class ActiveAlert:
         return split_links(self.summary)[0]
 
     @property
+    def summary_parts(self) -> list[tuple[str, bool]]:
+        """The summary's text in pieces, each with whether it is quoted (between backticks: Phorge's text,
+        which holds none of its own, messages.plain), for a page to show the quoted ones as code."""
+        text = self.summary_text
+        if text.count("`") % 2:
+            return [(text, False)]
+        return [(piece, index % 2 == 1) for index, piece in enumerate(text.split("`")) if piece]
+
+    @property
     def summary_links(self) -> list[str]:
         """The summary's links (this service's pages, Phorge's pages of the hook and the object): http(s) only."""
         return [link for link in split_links(self.summary)[1] if link.startswith(("https://", "http://"))]
