@@ -4,8 +4,8 @@
 # packages only when absent.
 #   scripts/bootstrap.sh            Python dependencies (and the MariaDB client headers to build them)
 #   scripts/bootstrap.sh --browser  also what the whole suite needs: Debian's chromium (the browser test),
-#                                   prometheus (promtool, for the alerting-rule tests) and php-cli (php -l on
-#                                   contrib/phorge's patch)
+#                                   prometheus (promtool, for the alerting-rule tests), curl and php-cli (the
+#                                   delivery path's differential tests; php -l on contrib/phorge's patch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

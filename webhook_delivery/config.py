@@ -37,6 +37,9 @@ FROM_CLUSTER_VARIABLE = f"the variable {CLUSTER_VARIABLE}"  # ClusterDatabases.o
 LOCAL_CONFIG_VARIABLE = "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG"
 LOCAL_FILE_MAX_BYTES = 4 * 1024 * 1024  # far above any real local.json; a bigger file is not Phorge's
 REPLICA_ALIAS = f"{PHORGE_ALIAS}@replica"  # a replica of herald's master, for the web side's reads
+# Minimums that keep a value meaningful: a poll faster than 10 ms only loads the database.
+POLL_INTERVAL_MS_RANGE = (10, 3_600_000)
+MAX_CONCURRENT_RANGE = (1, 1024)
 
 
 def master_alias(ref_key: str) -> str:
@@ -213,6 +216,30 @@ def parse_blacklist(raw: str) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
+def parse_whole(raw: str) -> int | None:
+    """A whole number written in ASCII digits (Python's int() also reads `1_0` and other scripts' digits,
+    which nobody means in a setting); None when it is not one."""
+    text = raw.strip()
+    return int(text, 10) if _WHOLE.fullmatch(text) else None
+
+
+def parse_decimal(raw: str) -> float | None:
+    """A decimal number in ASCII digits, such as 15 or 2.5 (no exponent, no inf or nan); None otherwise."""
+    text = raw.strip()
+    return float(text) if _DECIMAL.fullmatch(text) else None
+
+
+def range_text(minimum: float, maximum: float) -> str:
+    def shown(number: float) -> str:
+        return str(int(number)) if float(number).is_integer() else str(number)
+
+    return f"from {shown(minimum)} to {shown(maximum)}"
+
+
 def parse_bool(raw: str) -> bool:
     value = raw.strip().lower()
     if value in {"1", "true", "yes", "on"}:
@@ -245,26 +272,22 @@ class _Reader:
         raw = self.raw(name)
         if raw is None or raw == "":
             return default
-        try:
-            value = int(raw, 10)
-        except ValueError:
-            value = None
+        value = parse_whole(raw)
         if value is None or not minimum <= value <= maximum:
-            self.errors.append(ConfigError(name, f"expected a whole number from {minimum} to {maximum}, got {raw!r}"))
+            self.errors.append(
+                ConfigError(name, f"expected a whole number {range_text(minimum, maximum)}, got {raw!r}")
+            )
             return default
         return value
 
-    def seconds(self, name: str, default: float, *, maximum: float) -> float:
+    def seconds(self, name: str, default: float, *, minimum: float, maximum: float) -> float:
         raw = self.raw(name)
         if raw is None or raw == "":
             return default
-        try:
-            value = float(raw)
-        except ValueError:
-            value = float("nan")
-        if not 0 < value <= maximum:  # also rejects NaN
+        value = parse_decimal(raw)
+        if value is None or not minimum <= value <= maximum:
             self.errors.append(
-                ConfigError(name, f"expected a number of seconds above 0 and at most {maximum:g}, got {raw!r}")
+                ConfigError(name, f"expected a number of seconds {range_text(minimum, maximum)}, got {raw!r}")
             )
             return default
         return value
@@ -302,12 +325,18 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         password = r.env.get("GORGE_WEBHOOK_MYSQL_PASS", "")
         url = f"mysql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{namespace}_herald"
 
-    poll = r.integer("GORGE_WEBHOOK_POLL_INTERVAL_MS", 250, minimum=1, maximum=3_600_000)
-    concurrent = r.integer("GORGE_WEBHOOK_MAX_CONCURRENT", 128, minimum=1, maximum=1024)
+    poll = r.integer(
+        "GORGE_WEBHOOK_POLL_INTERVAL_MS", 250, minimum=POLL_INTERVAL_MS_RANGE[0], maximum=POLL_INTERVAL_MS_RANGE[1]
+    )
+    concurrent = r.integer(
+        "GORGE_WEBHOOK_MAX_CONCURRENT", 128, minimum=MAX_CONCURRENT_RANGE[0], maximum=MAX_CONCURRENT_RANGE[1]
+    )
+    # A call needs a second at least (1e-300 s fails every request for good, with no call made), and an
+    # immediate retry would call a failing receiver in a loop.
     db_pool = r.integer("GORGE_WEBHOOK_DB_POOL_SIZE", 4, minimum=1, maximum=64)
-    timeout = r.seconds("GORGE_WEBHOOK_DELIVERY_TIMEOUT", 15.0, maximum=3600)
+    timeout = r.seconds("GORGE_WEBHOOK_DELIVERY_TIMEOUT", 15.0, minimum=1, maximum=3600)
     lease = r.integer("GORGE_WEBHOOK_CLAIM_LEASE_SEC", 60, minimum=1, maximum=86_400)
-    retry = r.integer("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", 300, minimum=0, maximum=30 * 86_400)
+    retry = r.integer("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", 300, minimum=1, maximum=30 * 86_400)
     error_backoff = r.integer("GORGE_WEBHOOK_ERROR_BACKOFF_SEC", 300, minimum=1, maximum=30 * 86_400)
     threshold = r.integer("GORGE_WEBHOOK_ERROR_THRESHOLD", 10, minimum=1, maximum=1_000_000)
 

@@ -88,8 +88,10 @@ def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = T
             "-- Optional: without it a partitioned Phorge (bin/storage partition) is not recognised, and objects of "
             "applications on other masters are looked up in their empty copies here and failed as deleted.",
             f"GRANT SELECT ON {qualified(namespace, 'meta_data', 'hoststate')} TO {account};",
-            "-- Optional: without it phabricator.silent, security.outbound-blacklist and phabricator.base-uri are not "
-            "seen (set GORGE_WEBHOOK_SILENT and GORGE_WEBHOOK_OUTBOUND_BLACKLIST instead).",
+            "-- Optional: without it, values an older install left in Phorge's config database are not seen. "
+            "phabricator.silent, security.outbound-blacklist, phabricator.base-uri and phd.garbage-collection come "
+            "from conf/local/local.json, where bin/config set writes them, read without any grant "
+            "(GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG).",
             f"GRANT SELECT ON {qualified(namespace, 'config', 'config_entry')} TO {account};",
             "-- Optional: without these, PHP delivery still running is not detected (handover guard: unknown), and "
             "a request PHP also has a task for can be sent twice while both deliver.",

@@ -220,6 +220,7 @@ class BoundedCall:
     statuses: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     too_large: bool = False
+    redirected: int | None = None  # the status of a redirect answered (never followed)
     adapter: _BoundedAdapter | None = None
 
     @property
@@ -230,7 +231,10 @@ class BoundedCall:
 class _BoundedAdapter(_WatchedAdapter):
     """Sends as requests' own adapter does, with its sockets watched, then reads the answer itself, at most
     `max_bytes` of it (kept as the response's content: the caller never reads the socket), within the
-    call's time. The caller's timeouts give way to the call's: a URL cannot ask for longer."""
+    call's time. The caller's timeouts give way to the call's: a URL cannot ask for longer. A redirect is
+    never followed, whatever the caller asks: its Location is taken off, so requests' session sees an
+    answer of its own (a 307 would re-post the message to another origin, a 302 turn it into a GET that
+    counts as sent, a loop post it again and again)."""
 
     def __init__(self, call: BoundedCall) -> None:
         super().__init__(max_retries=0)  # no second retry layer under the channel's own
@@ -269,6 +273,9 @@ class _BoundedAdapter(_WatchedAdapter):
             response.close()
         call.statuses.append(response.status_code)
         call.too_large = call.too_large or too_large
+        if 300 <= response.status_code < 400:
+            call.redirected = response.status_code
+            response.headers.pop("Location", None)
         response._content = body  # what requests' own reading would have kept, but bounded
         response._content_consumed = True  # type: ignore[attr-defined]
         return response
@@ -303,8 +310,8 @@ def bounded_requests(seconds: float, max_bytes: int) -> Iterator[BoundedCall]:
     """Every HTTP(S) request this thread makes meanwhile, through any requests.Session (requests.post
     included), bounded together: connect to the last byte of the last answer within `seconds` in all (the
     Watchdog shuts every socket opened in the block once they are up, and a socket opened after that at
-    once), each answer read up to `max_bytes`, redirects as the caller asks. DNS look-ups and a caller's
-    own sleeps are not sockets: they are not cut short."""
+    once), each answer read up to `max_bytes`, no redirect followed (`redirected`). DNS look-ups and a
+    caller's own sleeps are not sockets: they are not cut short."""
     _install()
     with watched(seconds) as watchdog:
         call = BoundedCall(seconds, max_bytes, watchdog)

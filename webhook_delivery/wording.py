@@ -54,3 +54,15 @@ def cut(text: str, limit: int) -> str:
 def count(number: int, singular: str, plural: str | None = None) -> str:
     """`1 request`, `3 requests`."""
     return f"{number} {singular if number == 1 else plural or singular + 's'}"
+
+
+LINK_INDENT = "    "  # an alert's links: each on a line of its own, so indented, after its text
+
+
+def split_links(body: str) -> tuple[str, list[str]]:
+    """An alert's body as its text and its links (the indented lines it ends with)."""
+    lines = body.split("\n")
+    links: list[str] = []
+    while lines and lines[-1].startswith(LINK_INDENT):
+        links.insert(0, lines.pop().strip())
+    return "\n".join(lines), links

@@ -8,6 +8,7 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +20,7 @@ from django.core import mail
 from tests.support.clock import PhorgeClock
 from tests.support.helpers import PHORGE_DB, Phorge
 from tests.support.phorge_app_db import AppDatabases
+from webhook_delivery.alerts import messages
 from webhook_delivery.alerts.config import AlertConfig
 from webhook_delivery.alerts.messages import SUBJECT_LIMIT
 from webhook_delivery.alerts.models import AlertCondition, AlertNotification
@@ -74,7 +76,7 @@ def failed_row(phorge: Phorge, hook: str, at: int, error: tuple[str, str], **col
 
 
 def test_a_failing_hook_counts_only_this_incidents_failures_and_ends_when_it_delivers(
-    phorge: Phorge, clock: PhorgeClock, worker_db: AppDatabases, settings: Any
+    phorge: Phorge, clock: PhorgeClock, worker_db: AppDatabases, settings: Any, staff: Any
 ) -> None:
     worker_db.create(["maniphest"])
     task = worker_db.task(title="Fix the build")
@@ -95,10 +97,20 @@ def test_a_failing_hook_counts_only_this_incidents_failures_and_ends_when_it_del
     assert subject == "[gorge-webhook] Hook `ci-bridge` failing since 20:25 UTC"
     assert f"Hook `ci-bridge` ({hook}) has been failing since 20:25 UTC (20 min)." in body
     assert "Its last success was at 19:45 UTC. 7 requests failed since then: HTTP 500 × 6, Timeout (28) × 1." in body
-    assert f"Last error: Timeout (28) (timeout/28), for `T{task_id}` (https://phorge.example.org/T{task_id})." in body
+    assert f"Last error: Timeout (28) (timeout/28), for `T{task_id}`." in body
     assert "1 queued, 1 due now." in body  # its retry backoff (300 s) ran out just now
     assert f"    {SITE}/hooks/{hook}/" in body.splitlines()
     assert "    https://phorge.example.org/herald/webhook/view/" in body
+    # The object's page is a link of its own (issue 39, finding 7): outside the task's literal block, a link on
+    # the dashboard.
+    assert body.splitlines()[-1] == f"    https://phorge.example.org/T{task_id}"
+    text = messages.task_opened(subject, body, f"receiver:{hook}", 1).body
+    assert f"\nhttps://phorge.example.org/T{task_id}\n" in text
+    assert f"https://phorge.example.org/T{task_id}" not in "".join(re.findall(r"%%%.*?%%%", text, re.DOTALL))
+    what = staff.get("/").content.decode().split('<td class="gw-alert-what">', 1)[1].split("</td>", 1)[0]
+    assert f'<a href="https://phorge.example.org/T{task_id}">https://phorge.example.org/T{task_id}</a>' in what
+    assert f'<a href="{SITE}/hooks/{hook}/">' in what
+    assert f"for <code>T{task_id}</code>." in what and "<code>ci-bridge</code>" in what and "`" not in what
 
     clock.advance(60)
     phorge.request(hook, created=T + 60, status="sent", lastRequestResult="okay", lastRequestEpoch=T + 60)

@@ -108,7 +108,7 @@ def test_the_uri_in_the_config_table_is_read_and_tasks_left_while_delegated_are_
     worker_db.worker_task()  # a task from before the handover, not cancelled
     _fresh()
     left = _seen(client)
-    assert left["ready"]["warning"] == "phorge still has php webhook tasks although delivery is delegated"
+    assert left["ready"]["warning"] == "Phorge still has PHP webhook tasks although delivery is delegated"
     assert "Phorge still has 1 HeraldWebhookWorker task although delivery is delegated" in left["page"]
     [warning] = [message for check_id, message in left["check"] if check_id == "gorge.W006"]
     assert warning.startswith(

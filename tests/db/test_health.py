@@ -63,7 +63,7 @@ def test_readyz_reports_a_delivering_php_worker_without_failing(
     )
     response = client.get("/readyz")
     assert response.status_code == 200
-    assert json.loads(response.content)["warning"] == "phorge's php webhook worker is also delivering"
+    assert json.loads(response.content)["warning"] == "Phorge's PHP worker is also delivering webhooks"
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])

@@ -31,6 +31,7 @@ from webhook_delivery.alerts.watcher import Watcher
 
 SLACK_TOKENS = ("T1JJ3T3L2", "A1BRTD4JD", "TIiajkdnlazkcOXrIdevi7")
 MATTERMOST_TOKEN = "mm0ttoken0secret0hooks"
+DISCORD_TOKEN = "d1scordt0kensecret"
 
 
 def with_urls(config: AlertConfig, *urls: str) -> AlertConfig:
@@ -173,19 +174,23 @@ def test_json_and_form_receivers_get_each_alert_once_and_its_end_once(
 
 
 @PHORGE_DB
-def test_slack_and_mattermost_plugins_post_their_own_shapes_with_the_text_neutralised(
+def test_slack_mattermost_and_discord_plugins_post_their_own_shapes_with_the_text_neutralised(
     phorge: Phorge, receiver: Receiver, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from apprise.plugins.discord import NotifyDiscord
     from apprise.plugins.slack import NotifySlack
 
     caplog.set_level(logging.DEBUG)
     monkeypatch.setattr(NotifySlack, "webhook_url", receiver.url("/services"))
+    monkeypatch.setattr(NotifyDiscord, "notify_url", receiver.url("/api/webhooks"))
     hostile_hook(phorge, receiver, error_code="[y](https://e.x)")
     delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
     slack = "https://hooks.slack.com/services/" + "/".join(SLACK_TOKENS)  # Apprise reads Slack's own URL too
     mattermost = f"mmost://127.0.0.1:{receiver.port}/{MATTERMOST_TOKEN}"
-    result = Watcher(with_urls(alert_config(None, None), slack, mattermost), delivery).tick()
-    assert set(result.sent) == {"apprise:slack#1", "apprise:mmost://127.0.0.1#2"} and not result.failed
+    discord = f"discord://1234/{DISCORD_TOKEN}"
+    result = Watcher(with_urls(alert_config(None, None), slack, mattermost, discord), delivery).tick()
+    assert set(result.sent) == {"apprise:slack#1", "apprise:mmost://127.0.0.1#2", "apprise:discord#3"}
+    assert not result.failed
 
     [to_slack] = received(receiver, "/services/")
     assert to_slack.path == "/services/" + "/".join(SLACK_TOKENS)
@@ -193,17 +198,21 @@ def test_slack_and_mattermost_plugins_post_their_own_shapes_with_the_text_neutra
     [attachment] = slack_payload["attachments"]
     assert slack_payload["mrkdwn"] is False, "declared plain text: Slack is told not to read it as mrkdwn"
     text = attachment["text"]
-    assert "&lt;!channel&gt;" in text and "&amp;amp;" in text, "escaped as Slack reads text (&, <, >)"
+    assert "&lt;\N{WORD JOINER}!channel&gt;" in text and "&amp;amp;" in text, "escaped as Slack reads text (&, <, >)"
     assert "<!channel>" not in text and "<https" not in text
     assert_neutral(text)
 
+    # Mattermost's and Discord's webhooks read Markdown (and Mattermost's turns <!channel> into @channel):
+    # every markup character of Phorge's is escaped, every < followed by a word joiner.
     [to_mattermost] = received(receiver, "/hooks/")
     assert to_mattermost.path == f"/hooks/{MATTERMOST_TOKEN}"
-    mm_payload = json.loads(to_mattermost.body)
-    assert set(mm_payload) >= {"text", "username"}
-    assert_neutral(mm_payload["text"])
-    assert HOSTILE.split()[0] in mm_payload["text"], "Mattermost gets the text as it is, neutralised by plain()"
-    for secret in (*SLACK_TOKENS, MATTERMOST_TOKEN):
+    [to_discord] = received(receiver, "/api/webhooks/")
+    assert to_discord.path.startswith(f"/api/webhooks/1234/{DISCORD_TOKEN}")
+    for shown in (json.loads(to_mattermost.body)["text"], json.loads(to_discord.body)["content"]):
+        assert_neutral(shown)
+        assert "<!channel>" not in shown and "<https" not in shown and "[x]" not in shown
+        assert "<\N{WORD JOINER}\\!channel\\>" in shown, "there, and unable to page the channel"
+    for secret in (*SLACK_TOKENS, MATTERMOST_TOKEN, DISCORD_TOKEN):
         assert secret not in caplog.text
 
 

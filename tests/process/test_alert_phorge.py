@@ -416,7 +416,7 @@ def test_two_watcher_processes_make_one_task_per_episode_and_resolve_each_once(
         "GORGE_ALERT_PHORGE_TAGS": "#ops",
         "GORGE_ALERT_PHORGE_PRIORITY": "unbreak",
         "GORGE_ALERT_SITE_URL": "https://gorge.example.com",
-        "GORGE_ALERT_INTERVAL_SEC": "0.1",
+        "GORGE_ALERT_INTERVAL_SEC": "1",
         "GORGE_ALERT_CHANNEL_TIMEOUT_SEC": "3",
         "GORGE_WEBHOOK_ERROR_THRESHOLD": "3",
     }

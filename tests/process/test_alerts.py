@@ -35,7 +35,7 @@ def channel_env(site: SiteDatabase, smtp: Smtp, chat: Chat, **extra: str) -> dic
         "GORGE_ALERT_EMAIL_TO": "ops@example.com,oncall@example.com",
         "GORGE_ALERT_WEBHOOK_URL": chat.url,
         "GORGE_ALERT_SITE_URL": "https://gorge.example.com",
-        "GORGE_ALERT_INTERVAL_SEC": "0.3",
+        "GORGE_ALERT_INTERVAL_SEC": "1",
         "GORGE_ALERT_CHANNEL_TIMEOUT_SEC": "2",
         **extra,
     }
@@ -83,7 +83,7 @@ def test_two_watchers_side_by_side_notify_each_condition_exactly_once(
     phorge: Phorge, receiver: Receiver, smtp: Smtp, chat: Chat, site: SiteDatabase, watchers: Any
 ) -> None:
     hooks = [failing_hook(phorge, receiver, f"pair{i}") for i in range(10)]
-    env = channel_env(site, smtp, chat, GORGE_WEBHOOK_ERROR_THRESHOLD="3", GORGE_ALERT_INTERVAL_SEC="0.1")
+    env = channel_env(site, smtp, chat, GORGE_WEBHOOK_ERROR_THRESHOLD="3", GORGE_ALERT_INTERVAL_SEC="1")
     pair = [watchers("a", **env).start(), watchers("b", **env).start()]
     wait_for(lambda: all(count_in(smtp.bodies, "ALERT", h) for h in hooks), 20, "every hook's alert by e-mail")
     wait_for(lambda: all(count_in(chat.texts, "ALERT", h) for h in hooks), 20, "every hook's alert in chat")
@@ -266,3 +266,30 @@ def test_a_worker_stopped_by_sigterm_reads_as_stopped_cleanly_on_the_page_and_in
     assert 'data-last="stopped"' in page
     assert f"stopped cleanly at {stopped_at}" in page
     assert 'data-state="stopped"' in page, "the workers table lists it as stopped"
+
+
+@pytest.mark.slow
+@PHORGE_DB
+def test_the_watchers_metrics_listen_where_metrics_addr_says(site: SiteDatabase, watchers: Any) -> None:
+    """Issue 39, finding 7: `watch_webhooks --metrics-port` listened on every interface, with no
+    `--metrics-addr` to say otherwise (the worker has one)."""
+    import socket
+    import urllib.request
+
+    from tests.support.alert_channels import _free_port
+
+    port = _free_port()
+    watcher = watchers("metrics", "--metrics-port", str(port), "--metrics-addr", "127.0.0.1", DATABASE_URL=site.url)
+    watcher.start()
+
+    def scraped() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+                return b"gorge_webhook_alert_conditions_active" in answer.read()
+        except OSError:
+            return False
+
+    wait_for(scraped, 30, "the watcher's metrics on 127.0.0.1")
+    with socket.socket() as elsewhere:  # another address of this host (all of 127/8 is loopback)
+        assert elsewhere.connect_ex(("127.0.0.2", port)) != 0, "listening beyond the address given"
+    assert watcher.proc is not None and watcher.proc.poll() is None

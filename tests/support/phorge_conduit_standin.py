@@ -25,8 +25,10 @@ conduit transactions, the search engine's *.search answers, UserWhoAmIConduitAPI
 
 Test controls: `close(task_id, status)` closes a task as a human would, `outage` answers 502 (a proxy
 before a dead Phorge), `stop()` refuses connections, `hold` holds every answer (a hung Phorge), `lose_edits`
-makes the next edits and drops their answers, `can_create` and a task's `editable` refuse by policy. Every token
-it knows is in `tokens`, for a test to prove none reached a log line or a page.
+makes the next edits and drops their answers, `can_create` and a task's `editable` refuse by policy, and
+`forge(method, answer)` replaces what Phorge answered (after the call was made) with what a hostile or broken
+endpoint would say instead (None keeps the answer). Every token it knows is in `tokens`, for a test to prove
+none reached a log line or a page.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import re
 import secrets as random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -133,6 +136,7 @@ class ConduitStandin:
     outage: bool = False
     hold: bool = False
     lose_edits: int = 0  # the next edits are made, and their answers lost (the connection drops)
+    forge: Callable[[str, dict[str, Any]], dict[str, Any] | None] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
     _port: int = 0
@@ -492,6 +496,8 @@ def _handler(standin: ConduitStandin) -> type[BaseHTTPRequestHandler]:
                 return
             method = parts.path.removeprefix("/api/")
             answer = standin.answer(method, self.headers.get("Content-Type") or "", parts.query, body)
+            if standin.forge is not None:
+                answer = standin.forge(method, answer) or answer
             with standin.lock:
                 lose = method == "maniphest.edit" and standin.lose_edits > 0
                 standin.lose_edits -= 1 if lose else 0

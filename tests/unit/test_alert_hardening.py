@@ -6,13 +6,14 @@ Here: what needs no database and no server process; the rest is in tests/db/test
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from typing import Any
 
 import pytest
 
-from tests.support.alert_channels import channel_config
+from tests.support.alert_channels import channel_config, configure_email
 from tests.support.rawserver import RawServer, endless_http, trickling_http
 from webhook_delivery.alerts.channels import ChannelError, send_chat, send_email
 from webhook_delivery.alerts.config import AlertConfig, load_alert_config
@@ -65,9 +66,35 @@ def test_a_trickling_smtp_server_costs_one_channel_timeout(settings: Any) -> Non
         "GORGE_ALERT_PHP_HOLD_SEC",
     ],
 )
-@pytest.mark.parametrize("value", ["1e300", "inf", "nan", "0", "-5"])
+@pytest.mark.parametrize(
+    "value", ["1e300", "inf", "nan", "0", "-5", "1e-300", "0.5", "\u0661\u0665", "1_0", "\uff11\uff15", " 1e1"]
+)
 def test_alert_numbers_beyond_their_range_are_refused_at_start(name: str, value: str) -> None:
     loaded, errors = load_alert_config({name: value})
     assert [error.variable for error in errors] == [name]
-    assert "at most" in str(errors[0]) and value in str(errors[0])
+    assert "expected a number from 1 to " in str(errors[0]) and repr(value.strip()) in str(errors[0])
     assert loaded == AlertConfig()
+
+
+def test_a_non_ascii_subject_is_folded_without_an_empty_first_line(smtp: Any, settings: Any) -> None:
+    """Issue 39, finding 7: Django encoded a non-ASCII subject without the header's name, so the first
+    encoded word went to a line of its own after an empty `Subject:`, and the subject read back started with a
+    space."""
+    from email.header import decode_header, make_header
+
+    for key, value in configure_email(smtp).items():
+        setattr(settings, key, value)
+    subjects = [
+        "[gorge-webhook] Hook `ci-bridge \u00fcn\u00efcode` failing since 14:02 UTC",
+        "[gorge-webhook] Hook `\u00dcberwachung der Bestellungen (Lager S\u00fcd)` failing since\u2026",
+        "[gorge-webhook] Hook `\u77ed\u3044` failing",
+        "[gorge-webhook] an ASCII subject long enough to be folded by the mail library somewhere",
+    ]
+    for subject in subjects:
+        send_email(channel_config(), subject, "body")
+    received = [message["Subject"] for message in smtp.sink.messages]
+    assert len(received) == len(subjects)
+    for raw, subject in zip(received, subjects, strict=True):
+        assert raw.split("\n")[0].strip(), f"an empty first line: {raw!r}"
+        unfolded = re.sub(r"\r?\n(?=[ \t])", "", raw)  # RFC 5322's unfolding
+        assert str(make_header(decode_header(unfolded))) == subject

@@ -67,3 +67,18 @@ def test_a_bad_delivery_id_setting_is_one_config_error_naming_the_variable() -> 
         "(PHID-HWBH-...), got 'nope'"
     ]
     assert loaded.delivery.delivery_id_hooks.off
+
+
+def test_the_config_entry_grant_says_what_is_lost_without_it() -> None:
+    """Issue 39, finding 7: the comment said three settings were not seen without this grant, while Phorge keeps
+    them in local.json, which the service reads without any grant."""
+    from webhook_delivery.grants import grants_sql
+
+    lines = grants_sql("phabricator", "gorge").splitlines()
+    [index] = [i for i, line in enumerate(lines) if line.startswith("GRANT") and "`config_entry`" in line]
+    assert lines[index - 1] == (
+        "-- Optional: without it, values an older install left in Phorge's config database are not seen. "
+        "phabricator.silent, security.outbound-blacklist, phabricator.base-uri and phd.garbage-collection come "
+        "from conf/local/local.json, where bin/config set writes them, read without any grant "
+        "(GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG)."
+    )

@@ -183,3 +183,14 @@ def test_every_page_and_every_old_section_is_reachable_from_the_readme() -> None
     for old, path, heading in OLD_SECTIONS:
         assert heading in headings(page(path)), f"the old README's {old!r} is no longer {heading!r} in {path}"
         assert path in reachable, path
+
+
+def test_the_bot_steps_say_what_phorge_shows_and_warn_of_herald_rules() -> None:
+    """Issue 39, finding 7 (from a run against a real Phorge): "Create Bot User" is a choice on
+    /people/create/, followed by Continue; the profile's item is "Manage User"; and the bot's own task edits
+    fire Herald rules."""
+    page = " ".join((ROOT / "docs" / "operate" / "monitoring.md").read_text().split())
+    assert 'People > Create New User (`/people/create/`): choose "Create Bot User", then Continue' in page
+    assert "On the bot's profile: Manage User > Edit Settings > Conduit API Tokens > Generate Token" in page
+    assert "/people/new/bot/" not in page
+    assert "**The bot's edits fire Herald rules.**" in page and "the failing hook itself" in page

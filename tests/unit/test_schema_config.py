@@ -5,6 +5,8 @@ tests/process/test_schema_config.py."""
 
 from __future__ import annotations
 
+import pytest
+
 from webhook_delivery.config import default_blacklist, load_config, parse_blacklist
 
 
@@ -33,3 +35,36 @@ def test_blacklist_forms() -> None:
     assert [str(n) for n in parse_blacklist('["10.0.0.0/8", "fc00::/7"]')] == ["10.0.0.0/8", "fc00::/7"]
     assert [str(n) for n in parse_blacklist("10.0.0.0/8, 192.168.0.0/16")] == ["10.0.0.0/8", "192.168.0.0/16"]
     assert load_config({"GORGE_WEBHOOK_OUTBOUND_BLACKLIST": ""}).delivery.outbound_blacklist == ()
+
+
+NUMBERS = {  # every numeric GORGE_WEBHOOK_* setting: its range as the refusal names it
+    "GORGE_WEBHOOK_MYSQL_PORT": "a whole number from 1 to 65535",
+    "GORGE_WEBHOOK_POLL_INTERVAL_MS": "a whole number from 10 to 3600000",
+    "GORGE_WEBHOOK_MAX_CONCURRENT": "a whole number from 1 to 1024",
+    "GORGE_WEBHOOK_DB_POOL_SIZE": "a whole number from 1 to 64",
+    "GORGE_WEBHOOK_DELIVERY_TIMEOUT": "a number of seconds from 1 to 3600",
+    "GORGE_WEBHOOK_CLAIM_LEASE_SEC": "a whole number from 1 to 86400",
+    "GORGE_WEBHOOK_RETRY_BACKOFF_SEC": "a whole number from 1 to 2592000",
+    "GORGE_WEBHOOK_ERROR_BACKOFF_SEC": "a whole number from 1 to 2592000",
+    "GORGE_WEBHOOK_ERROR_THRESHOLD": "a whole number from 1 to 1000000",
+    "GORGE_WEBHOOK_ATTEMPT_LOG_DAYS": "a whole number from 1 to 366",
+    "GORGE_WEBHOOK_ATTEMPT_LOG_PER_HOOK": "a whole number from 10 to 10000000",
+    "GORGE_WEBHOOK_ATTEMPT_LOG_BODY_BYTES": "a whole number from 0 to 65536",
+    "GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC": "a whole number from 0 to 86400",
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERS))
+@pytest.mark.parametrize(
+    "value", ["1e-300", "-1", "1e300", "nan", "inf", "\u0661\u0665", "\uff11\uff15", "1_0", "0x10", "99999999999"]
+)
+def test_numbers_are_ascii_and_in_a_range_that_the_refusal_names(name: str, value: str) -> None:
+    loaded = load_config({name: value})
+    assert [str(error) for error in loaded.errors] == [f"{name}: expected {NUMBERS[name]}, got {value!r}"]
+    assert loaded.delivery == load_config({}).delivery
+
+
+def test_numbers_in_range_are_taken_as_written() -> None:
+    loaded = load_config({"GORGE_WEBHOOK_DELIVERY_TIMEOUT": "2.5", "GORGE_WEBHOOK_POLL_INTERVAL_MS": "+10"})
+    assert not loaded.errors
+    assert (loaded.delivery.delivery_timeout, loaded.delivery.poll_interval_ms) == (2.5, 10)

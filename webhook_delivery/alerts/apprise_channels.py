@@ -11,12 +11,13 @@ adapter (the Watchdog shuts its sockets once GORGE_ALERT_CHANNEL_TIMEOUT_SEC is 
 to ANSWER_BYTES). Services that do not send over HTTP (mail, IRC, MQTT, XMPP, syslog, the desktop ones) open
 sockets of their own that nothing here can shut: they are refused (`problem`), e-mail having its own channel.
 
-The text is declared plain text (`body_format=text`): Apprise then escapes it for the services that read
-Markdown or HTML (backslashes before Markdown's punctuation, entities for HTML, Slack's &, < and >), and the
-neutralising of messages.plain() (no mention, link or line of Phorge's) holds in every service, those that
-read plain text as Markdown (Mattermost) included. Apprise's own log lines can hold a URL with its token
-(its DEBUG lines do): its logger is silenced (gorge_site/settings.py), and failures are told by our lines,
-by kind (an HTTP status, an exception's class).
+The text is rendered for the markup of the service (markup.py: escaped for Markdown, HTML, or the plain text
+of a service that shows it as it is) in the format the plugin sends, and declared in that format, so that
+Apprise converts nothing; on top of messages.plain() (no mention, link or line of Phorge's) no service's own
+markup (`<!channel>`, `<@id>`, `**bold**`, HTML) holds either. No redirect is followed: a 3xx answer is a
+failed send (outbound.bounded_requests). Apprise's own log lines can hold a URL with its token (its DEBUG
+lines do): its logger is silenced (gorge_site/settings.py), and failures are told by our lines, by kind (an
+HTTP status, an exception's class).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import outbound
+from . import markup
 from .channels import ChannelError
 from .config import AlertConfig
 
@@ -162,11 +164,19 @@ def send(target: AppriseTarget, config: AlertConfig, subject: str, body: str) ->
     plugin = _plugin(target.url)
     if plugin is None:
         raise ChannelError("not a URL Apprise knows", refused=True)
+    # Rendered here for what the plugin sends, and declared so: Apprise converts nothing (markup.py).
+    form = plugin.resolve_format(apprise.NotifyFormat.TEXT)
+    family = _module(plugin)
+    body, subject = markup.render(family, form.value, body), markup.render(family, form.value, subject)
     with outbound.bounded_requests(timeout, ANSWER_BYTES) as call:
         try:
-            accepted = plugin.notify(body=body, title=subject, body_format=apprise.NotifyFormat.TEXT)
+            accepted = plugin.notify(body=body, title=subject, body_format=form)
         except Exception as exc:  # noqa: BLE001 - a plugin's failure is this channel's failure, told by kind
             raise ChannelError(type(exc).__name__) from None
+    if call.redirected is not None:
+        # Not followed (outbound.bounded_requests): a failed send, retried with backoff, whatever the plugin
+        # made of the answer.
+        raise ChannelError(f"HTTP {call.redirected}: a redirect, not followed")
     if accepted:
         return
     if call.fired:

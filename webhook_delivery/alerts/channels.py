@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import smtplib
 from dataclasses import dataclass
+from email.header import Header
+from email.message import Message
 from typing import Any
 
 from django.core.mail import EmailMessage, get_connection
@@ -52,6 +54,21 @@ class WatchedEmailBackend(EmailBackend):
         return WatchedSMTPSSL if self.use_ssl else WatchedSMTP
 
 
+class AlertEmail(EmailMessage):
+    """Django's e-mail, its subject folded as one header when it is not ASCII: Django encodes such a subject
+    without the header's name, so the first encoded word does not fit beside `Subject:` and goes to a line of
+    its own, after an empty one, and the subject read back starts with a space."""
+
+    def message(self, **kwargs: Any) -> Any:
+        msg = super().message(**kwargs)
+        subject = str(self.subject)
+        if not subject.isascii():
+            del msg["Subject"]
+            # Message's own __setitem__: Django's refuses a Header (it checks the text, which was checked above).
+            Message.__setitem__(msg, "Subject", Header(subject, self.encoding or "utf-8", header_name="Subject"))
+        return msg
+
+
 def send_email(config: AlertConfig, subject: str, body: str) -> None:
     timeout = config.channel_timeout_sec
     try:
@@ -59,7 +76,7 @@ def send_email(config: AlertConfig, subject: str, body: str) -> None:
             connection = get_connection(timeout=timeout)
             if type(connection) is EmailBackend:  # the configured SMTP server: bounded in total, not per read
                 connection = WatchedEmailBackend(timeout=timeout)
-            message = EmailMessage(subject, body, config.email_from, list(config.email_to), connection=connection)
+            message = AlertEmail(subject, body, config.email_from, list(config.email_to), connection=connection)
             message.send(fail_silently=False)
     except smtplib.SMTPResponseException as exc:
         raise ChannelError(f"SMTP {exc.smtp_code}", refused=500 <= exc.smtp_code < 600) from None
@@ -81,6 +98,8 @@ def send_chat(config: AlertConfig, subject: str, body: str) -> None:
         answer = post(config.chat_url, json={"text": chat_text(body)}, timeout=timeout, max_bytes=CHAT_ANSWER_BYTES)
     except OutboundError as exc:
         raise ChannelError(str(exc)) from None
+    if 300 <= answer.status < 400:
+        raise ChannelError(f"HTTP {answer.status}: a redirect, not followed")  # outbound.post follows none
     if not 200 <= answer.status < 300:
         refused = 400 <= answer.status < 500 and answer.status not in (408, 429)
         raise ChannelError(f"HTTP {answer.status}", refused=refused)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import environ as django_environ
 
-from ..config import ConfigError, parse_bool
+from ..config import ConfigError, parse_bool, parse_decimal, range_text
 from ..phorge_auth.config import address_problem
 
 if TYPE_CHECKING:
@@ -77,19 +77,24 @@ class AlertConfig:
 
 
 def _number(
-    environ: Mapping[str, str], name: str, default: float, scale: float, errors: list[ConfigError], *, maximum: float
+    environ: Mapping[str, str],
+    name: str,
+    default: float,
+    scale: float,
+    errors: list[ConfigError],
+    *,
+    minimum: float,
+    maximum: float,
 ) -> float:
-    """A positive number of the variable's unit, at most `maximum` of them (beyond, a timer or a date
-    overflows later): the value times `scale`, in seconds."""
+    """A number of the variable's unit from `minimum` (below, the watcher spins or a send cannot even
+    connect) to `maximum` (beyond, a timer or a date overflows later), in ASCII digits: the value times
+    `scale`, in seconds."""
     raw = environ.get(name, "").strip()
     if not raw:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= maximum:  # NaN and infinity fail too
-        errors.append(ConfigError(name, f"expected a number above 0 and at most {maximum:g}, got {raw!r}"))
+    value = parse_decimal(raw)
+    if value is None or not minimum <= value <= maximum:
+        errors.append(ConfigError(name, f"expected a number {range_text(minimum, maximum)}, got {raw!r}"))
         return default
     return value * scale
 
@@ -132,12 +137,18 @@ def load_alert_config(environ: Mapping[str, str]) -> tuple[AlertConfig, list[Con
         apprise_urls=apprise_urls,
         **phorge,
         site_url=site,
-        failing_sec=_number(environ, "GORGE_ALERT_FAILING_MINUTES", 15 * 60.0, 60.0, errors, maximum=7 * 24 * 60),
-        gc_warning_sec=_number(environ, "GORGE_ALERT_GC_HOURS", 24 * 3600.0, 3600.0, errors, maximum=365 * 24),
-        worker_dead_sec=_number(environ, "GORGE_ALERT_WORKER_DEAD_SEC", 30.0, 1.0, errors, maximum=86400),
-        interval_sec=_number(environ, "GORGE_ALERT_INTERVAL_SEC", 30.0, 1.0, errors, maximum=3600),
-        channel_timeout_sec=_number(environ, "GORGE_ALERT_CHANNEL_TIMEOUT_SEC", 10.0, 1.0, errors, maximum=300),
-        php_hold_sec=_number(environ, "GORGE_ALERT_PHP_HOLD_SEC", 60.0, 1.0, errors, maximum=86400),
+        failing_sec=_number(
+            environ, "GORGE_ALERT_FAILING_MINUTES", 15 * 60.0, 60.0, errors, minimum=1, maximum=7 * 24 * 60
+        ),
+        gc_warning_sec=_number(
+            environ, "GORGE_ALERT_GC_HOURS", 24 * 3600.0, 3600.0, errors, minimum=1, maximum=365 * 24
+        ),
+        worker_dead_sec=_number(environ, "GORGE_ALERT_WORKER_DEAD_SEC", 30.0, 1.0, errors, minimum=1, maximum=86400),
+        interval_sec=_number(environ, "GORGE_ALERT_INTERVAL_SEC", 30.0, 1.0, errors, minimum=1, maximum=3600),
+        channel_timeout_sec=_number(
+            environ, "GORGE_ALERT_CHANNEL_TIMEOUT_SEC", 10.0, 1.0, errors, minimum=1, maximum=300
+        ),
+        php_hold_sec=_number(environ, "GORGE_ALERT_PHP_HOLD_SEC", 60.0, 1.0, errors, minimum=1, maximum=86400),
         in_worker=in_worker,
         email_settings=email_settings,
     )

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..phorge.outcomes import error_label
-from ..wording import count, cut, duration, moment
+from ..wording import LINK_INDENT, count, cut, duration, moment, split_links
 
 PREFIX = "[gorge-webhook] "
 SUBJECT_LIMIT = 78
@@ -36,7 +36,7 @@ class Message:
 
 
 def message(subject: str, lines: Iterable[str], links: Iterable[str] = ()) -> Message:
-    body = "\n".join([*(line for line in lines if line), *(f"    {link}" for link in links if link)])
+    body = "\n".join([*(line for line in lines if line), *(f"{LINK_INDENT}{link}" for link in links if link)])
     return Message(cut(PREFIX + subject, SUBJECT_LIMIT), body)
 
 
@@ -142,13 +142,16 @@ def failing(facts: Failing, links: Links) -> Message:
         else "It has no success on record" + (";" if failures else ".")
     )
     last = f"Last error: {_stored_error(*facts.last_error)}" if facts.last_error else ""
+    page = ""
     if last and facts.last_object is not None:
+        # The object's page is a link of its own, with the others (a link in a task, outside its literal
+        # block, and on the dashboard), not words inside the text.
         name, page = facts.last_object
-        last += f", for {quoted(name)}" + (f" ({page})" if page else "")
+        last += f", for {quoted(name)}"
     last += "." if last else ""
     queue = f"{facts.queued} queued, {facts.due} due now."
     said = " ".join(part for part in (success, failures, last) if part)
-    return message(subject, [what, said, queue], links.hook(hook))
+    return message(subject, [what, said, queue], [*links.hook(hook), page])
 
 
 @dataclass(frozen=True)
@@ -430,17 +433,7 @@ def database_up(now: int, since: int, links: Links) -> Message:
 # -- an incident task in Phorge (Remarkup) -------------------------------------------------------------
 
 _PERCENTS = re.compile("%{3,}")
-LINK_INDENT = "    "  # message() puts each link on a line of its own, so indented, after the text
 _SAFE_LINK = re.compile(r"^https?://[A-Za-z0-9.\-]+(:[0-9]+)?(/[A-Za-z0-9._~%/\-]*)?$")
-
-
-def split_links(body: str) -> tuple[str, list[str]]:
-    """A message's body as its text and its links (the indented lines message() ends it with)."""
-    lines = body.split("\n")
-    links: list[str] = []
-    while lines and lines[-1].startswith(LINK_INDENT):
-        links.insert(0, lines.pop().strip())
-    return "\n".join(lines), links
 
 
 def unmarked(text: str) -> str:

@@ -98,7 +98,7 @@ class AlertTask(models.Model):
 
     key = models.CharField(max_length=200)
     episode = models.PositiveIntegerField()
-    task_id = models.PositiveIntegerField(null=True, blank=True)  # T<id>
+    task_id = models.PositiveBigIntegerField(null=True, blank=True)  # T<id>: maniphest_task.id is `int unsigned`
     task_phid = models.CharField(max_length=64, blank=True, verbose_name="task PHID")
     uri = models.CharField(max_length=500, blank=True)  # Phorge's page of the task
     state = models.CharField(max_length=16, default=CREATING)

@@ -24,15 +24,18 @@ the rest of the episode: its status is read (maniphest.search) before every comm
 
 Conduit is called as Phorge's own client (arcanist's ConduitClient) does: a form-encoded POST to
 /api/<method> with the parameters as JSON in `params`, the token inside them (`__conduit__`), never in a URL.
-Every call is bounded in time and size (outbound.post) and read by jsonread. Only Phorge's error code
-(ERR-INVALID-AUTH, ERR-CONDUIT-CORE, ...) ever leaves this module: Phorge's error texts can quote the token
-("API token "api-..." is not valid.").
+Every call is bounded in time and size (outbound.post) and read by jsonread. Of an answer, only what
+answers.py lets through ever leaves this module (Phorge's error code when it is one of Conduit's words,
+ERR-INVALID-AUTH, ...): Phorge's error texts can quote the token ("API token "api-..." is not valid."), and
+a hostile endpoint can put it anywhere. A result is checked against what Phorge can answer (a task's id
+fits its column, PHIDs are of their type) before anything of it is kept.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -41,8 +44,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Coalesce
 
-from .. import jsonread, outbound
-from ..phorge_auth.phorge import PhorgeUnknown, phorge_url, safe_error_code
+from .. import answers, jsonread, outbound
+from ..phorge.names import ID_MAX
+from ..phorge_auth.phorge import PhorgeUnknown, phorge_url
 from . import messages, metrics
 from .channels import ChannelError
 from .config import AlertConfig
@@ -54,6 +58,10 @@ ANSWER_BYTES = 256 * 1024  # an edit's or a search's answer is a few KiB
 COMMENT_EVERY_SEC = 600
 OPS_PER_PASS = 8
 LOOK_BACK_SEC = 120  # the clocks of Phorge and of this host may differ a little
+OUT_OF_DOMAIN = "Phorge: an answer Phorge cannot give (an id or a PHID outside Phorge's domains)"
+# PhabricatorPHID: "PHID-<type>-<random>", at most 64 characters (the columns that hold PHIDs).
+_TASK_PHID = re.compile(r"PHID-TASK-[A-Za-z0-9]{1,54}")
+_USER_PHID = re.compile(r"PHID-USER-[A-Za-z0-9]{1,54}")
 
 
 class ConduitError(ChannelError):
@@ -104,17 +112,23 @@ def call(config: AlertConfig, base: str, method: str, params: Mapping[str, Any])
         metrics.CONDUIT_ERRORS.labels("not_conduit").inc()
         raise ChannelError("Phorge: not a Conduit answer" + (" (too large)" if answer.too_large else ""))
     if body["error_code"]:
-        code = safe_error_code(body["error_code"])
-        metrics.CONDUIT_ERRORS.labels(code).inc()
+        code = answers.conduit_code(body["error_code"], secrets=(config.phorge_token,))
+        metrics.CONDUIT_ERRORS.labels(answers.conduit_label(code)).inc()
         raise ConduitError(code, policy=_policy(body.get("error_info")))
     return body["result"]
 
 
 def check(config: AlertConfig) -> None:
     """Whether the token works (user.whoami), for `watch_webhooks --test`; raises ChannelError."""
-    result = call(config, address(config), "user.whoami", {})
-    if not isinstance(result, dict) or not isinstance(result.get("phid"), str):
-        raise ChannelError("Phorge: not a Conduit answer")
+    _me(call(config, address(config), "user.whoami", {}))
+
+
+def _me(result: object) -> str:
+    """The bot's PHID from user.whoami's result; raises ChannelError when it is not a user's PHID."""
+    phid = result.get("phid") if isinstance(result, dict) else None
+    if not isinstance(phid, str) or not _USER_PHID.fullmatch(phid):
+        raise ChannelError(OUT_OF_DOMAIN)
+    return phid
 
 
 # -- what counts as a material change --------------------------------------------------------------------
@@ -375,29 +389,33 @@ class PhorgeTasks:
             raise
         made = result.get("object") if isinstance(result, dict) else None
         if not isinstance(made, dict) or not _task(made.get("id"), made.get("phid")):
-            op.ambiguous = True
-            raise ChannelError("Phorge: not a Conduit answer")
+            op.ambiguous = True  # Phorge may have made a task all the same: the next try looks for it first
+            raise ChannelError(OUT_OF_DOMAIN)
         op.task_id, op.task_phid, op.uri = int(made["id"]), str(made["phid"]), f"{base}/T{int(made['id'])}"
         op.outcome = "opened"
 
     def _find(self, base: str, op: TaskOp) -> bool:
-        """Whether an earlier try made the task after all (the bot's tasks made since, by their incident line)."""
-        me = call(self.config, base, "user.whoami", {})
-        if not isinstance(me, dict) or not isinstance(me.get("phid"), str):
-            return False
+        """Whether an earlier try made the task after all (the bot's tasks made since, by their incident line).
+        An answer that cannot be read raises ChannelError: making the task again could make a second one."""
+        me = _me(call(self.config, base, "user.whoami", {}))
         since = max(0, (op.look_since or 0) - LOOK_BACK_SEC)
         result = call(
             self.config,
             base,
             "maniphest.search",
-            {"constraints": {"authorPHIDs": [me["phid"]], "createdStart": since}, "limit": 100},
+            {"constraints": {"authorPHIDs": [me], "createdStart": since}, "limit": 100},
         )
+        data = result.get("data") if isinstance(result, dict) else None
+        if not isinstance(data, list):
+            raise ChannelError("Phorge: not a Conduit answer")
         marker = messages.incident_marker(op.key, op.episode)
-        for item in result.get("data", []) if isinstance(result, dict) else []:
+        for item in data:
             fields = item.get("fields") if isinstance(item, dict) else None
             description = fields.get("description") if isinstance(fields, dict) else None
             raw = description.get("raw") if isinstance(description, dict) else None
-            if isinstance(raw, str) and marker in raw and _task(item.get("id"), item.get("phid")):
+            if isinstance(raw, str) and marker in raw:
+                if not _task(item.get("id"), item.get("phid")):
+                    raise ChannelError(OUT_OF_DOMAIN)
                 op.task_id, op.task_phid, op.uri = int(item["id"]), str(item["phid"]), f"{base}/T{int(item['id'])}"
                 return True
         return False
@@ -453,11 +471,12 @@ class PhorgeTasks:
 
 
 def _task(task_id: object, phid: object) -> bool:
+    """Whether Phorge could have answered this task: an id of maniphest_task's `int unsigned` column, and a
+    task's PHID."""
     return (
         isinstance(task_id, int)
         and not isinstance(task_id, bool)
-        and task_id > 0
+        and 1 <= task_id <= ID_MAX
         and isinstance(phid, str)
-        and phid.startswith("PHID-TASK-")
-        and len(phid) <= 64
+        and _TASK_PHID.fullmatch(phid) is not None
     )

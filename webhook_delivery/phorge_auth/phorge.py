@@ -8,7 +8,7 @@ JSON reader: a trickling or endless Phorge costs a web worker at most TIMEOUT_SE
 
 Nothing here logs or raises a message that holds a token, a code or the client secret: Phorge's own error
 descriptions can quote the authorization code ("Authorization code ... not found."), so only Phorge's error
-*code* (`invalid_grant`, `ERR-INVALID-AUTH`, ...) ever leaves this module.
+*code* (`invalid_grant`, `ERR-INVALID-AUTH`, ...) ever leaves this module, as answers.py lets it through.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
-from .. import jsonread, outbound
+from .. import answers, jsonread, outbound
 from .config import PhorgeOAuthConfig, address_problem
 
 TIMEOUT_SEC = 10
@@ -113,7 +113,7 @@ def exchange_code(conf: PhorgeOAuthConfig, code: str, redirect_uri: str) -> str:
     if not isinstance(body, dict):
         raise PhorgeSilent("token endpoint: not OAuth JSON" if not answer.too_large else "token endpoint: too large")
     if body.get("error"):
-        raise TokenRefused(safe_error_code(body.get("error")))
+        raise TokenRefused(answers.oauth_code(body["error"], secrets=(code, conf.client_secret)))
     token = body.get("access_token")
     if answer.status != 200 or not isinstance(token, str) or not token:
         raise PhorgeSilent(f"token endpoint: no access token (HTTP {answer.status})")
@@ -154,7 +154,7 @@ def whoami(token: str, conf: PhorgeOAuthConfig | None = None) -> WhoAmI:
         return WhoAmI(Verdict.UNREACHABLE, "too large" if answer.too_large else "not a Conduit answer")
     error_code = body.get("error_code")
     if error_code:
-        return WhoAmI(Verdict.REFUSED, _safe_code(error_code))
+        return WhoAmI(Verdict.REFUSED, answers.conduit_code(error_code, secrets=(token,)))
     result = body.get("result")
     if not isinstance(result, dict) or not isinstance(result.get("phid"), str) or not result["phid"]:
         return WhoAmI(Verdict.UNREACHABLE, "not a Conduit answer")
@@ -171,16 +171,6 @@ def whoami(token: str, conf: PhorgeOAuthConfig | None = None) -> WhoAmI:
     if ADMIN_ROLE not in roles:
         return WhoAmI(Verdict.REFUSED, "not a Phorge administrator", **info)
     return WhoAmI(Verdict.ADMIN, "administrator", **info)
-
-
-def _safe_code(value: object) -> str:
-    text = str(value)[:64]
-    return text if all(c.isalnum() or c in "-_." for c in text) else "error"
-
-
-def safe_error_code(value: object) -> str:
-    """An OAuth error code (invalid_grant, ...) fit for a log line or a page; anything else is "error"."""
-    return _safe_code(value) if value else "error"
 
 
 def _fernet() -> Fernet:

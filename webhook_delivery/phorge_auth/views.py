@@ -29,7 +29,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from .. import outbound
+from .. import answers, outbound
 from . import accounts, events
 from .config import PhorgeOAuthConfig
 from .phorge import (
@@ -41,7 +41,6 @@ from .phorge import (
     config,
     endpoints,
     exchange_code,
-    safe_error_code,
     whoami,
 )
 
@@ -230,7 +229,7 @@ def _callback(request: HttpRequest) -> HttpResponse:
         )
     wanted = started["next"]
     if request.GET.get("error"):
-        return _refused_by_oauth(request, safe_error_code(request.GET.get("error")))
+        return _refused_by_oauth(request, answers.oauth_code(request.GET.get("error")))
     try:
         access_token = exchange_code(conf, request.GET.get("code", ""), redirect_uri(request, conf))
     except PhorgeUnknown:

@@ -11,6 +11,7 @@ from django.db.models import Count, Min
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..alerts.models import KINDS, AlertChannel, AlertCondition, AlertNotification, AlertTask, HookLoss
+from ..wording import split_links
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,24 @@ class ActiveAlert:
     pending_channels: tuple[str, ...]  # channels that still owe the "entered" message
     task_monogram: str = ""  # the episode's task in Phorge (T123), once it is made
     task_uri: str = ""
+
+    @property
+    def summary_text(self) -> str:
+        return split_links(self.summary)[0]
+
+    @property
+    def summary_parts(self) -> list[tuple[str, bool]]:
+        """The summary's text in pieces, each with whether it is quoted (between backticks: Phorge's text,
+        which holds none of its own, messages.plain), for a page to show the quoted ones as code."""
+        text = self.summary_text
+        if text.count("`") % 2:
+            return [(text, False)]
+        return [(piece, index % 2 == 1) for index, piece in enumerate(text.split("`")) if piece]
+
+    @property
+    def summary_links(self) -> list[str]:
+        """The summary's links (this service's pages, Phorge's pages of the hook and the object): http(s) only."""
+        return [link for link in split_links(self.summary)[1] if link.startswith(("https://", "http://"))]
 
     def as_json(self) -> dict[str, object]:
         return {

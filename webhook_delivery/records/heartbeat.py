@@ -61,11 +61,14 @@ class Heartbeat:
                 },
             )
             if self._failing:
-                logger.info("worker heartbeat written again")
+                logger.info("worker heartbeat written again", extra={"event": "worker.heartbeat_written_again"})
             self._failing = False
         except DatabaseError:
             if not self._failing:
-                logger.warning("cannot write the worker heartbeat to Django's database (DATABASE_URL)")
+                logger.warning(
+                    "cannot write the worker heartbeat to Django's database (DATABASE_URL): delivery goes on",
+                    extra={"event": "worker.heartbeat_unwritable"},
+                )
             self._failing = True
 
     def retire(self, state: WorkerState, *, clean: bool) -> None:

@@ -208,9 +208,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
     ]
     php = phorge_status.php_delivery_state()
     if php.state == "active" and delegation != "delegated":
-        warnings.append("phorge's php webhook worker is also delivering")
+        warnings.append("Phorge's PHP worker is also delivering webhooks")  # as the dashboard says it
     elif php.state == "active" and php.active_tasks:  # left over: with the patch a task that ran delivered nothing
-        warnings.append("phorge still has php webhook tasks although delivery is delegated")
+        warnings.append("Phorge still has PHP webhook tasks although delivery is delegated")
     if said := [warning for warning in warnings if warning]:
         body["warning"] = "; ".join(said)
     return JsonResponse(body)

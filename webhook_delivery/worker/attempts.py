@@ -2,9 +2,9 @@
 
 Delivery threads hand records to an in-memory queue and go on; one writer thread inserts them in batches
 once a second and prunes the log now and then (by age, and by count per hook). If Django's database is
-down, delivery goes on: the records that cannot be written are counted
+down, locked or full, delivery goes on: the records that cannot be written are counted
 (`gorge_webhook_attempt_log_lost_total`), said once, and said again with the count when writing works
-again. A full queue drops records the same way rather than slow a delivery down.
+again. A full queue drops records the same way rather than slow a delivery down (said once too).
 
 Records hold text from receivers and from Phorge's rows: each is first made storable in Django's database
 (`Storable`: no NUL, which PostgreSQL refuses; only characters the column's and the connection's character
@@ -55,6 +55,9 @@ COLUMNS = (  # DeliveryAttempt's columns, in the order AttemptLog._insert gives 
     "response_prefix",
 )
 PRUNE_SEC = 600.0
+# A record Django's database refuses fails at once; one that failed after a wait this long (SQLite's busy
+# timeout, a lock wait) met a database that does not answer: the rest of the batch is not tried one by one.
+WAITED_SEC = 1.0
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,8 @@ class AttemptLog:
         self._storable: tuple[Storable, Storable] | None = None  # (attempts, breaker events), once known
         self._said_unstorable = False
         self._said_crash = False
+        self._said_full = False
+        self._said_down = False
         self._thread.start()
 
     def record(self, attempt: AttemptRecord) -> None:
@@ -248,10 +253,18 @@ class AttemptLog:
         self._put(BreakerEvent(hook_phid=hook_phid, entered_at=now, until=until, worker_id=self.worker_id))
 
     def _put(self, item: AttemptRecord | BreakerEvent) -> None:
-        if len(self._pending) >= QUEUE_SIZE:
-            self._lost(1)
-        else:
+        if len(self._pending) < QUEUE_SIZE:
             self._pending.append(item)
+            return
+        self._lost(1)
+        if not self._said_full:
+            self._said_full = True
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()  # "written again" tells how many were lost meanwhile
+            logger.error(
+                "attempt log: Django's database does not keep up; delivery goes on, attempts go unrecorded",
+                extra={"event": "attempts.queue_full", "queued": QUEUE_SIZE},
+            )
 
     def close(self) -> None:
         """Write what is queued (as far as Django's database lets us), then stop."""
@@ -300,9 +313,9 @@ class AttemptLog:
             self._store(attempts, events)
         except Exception:  # a record it cannot hold (ValueError with psycopg2), or an outage
             self._storable = None  # read the columns' character sets again
-            stored, failed = self._one_by_one(attempts, events) if self._usable() else (0, len(batch))
-            if not stored:
-                self._down(len(batch))
+            stored, failed, answering = self._one_by_one(attempts, events) if self._usable() else (0, len(batch), False)
+            if not stored or not answering:
+                self._down(failed)
                 return
             self._lost(failed)
             if failed and not self._said_unstorable:
@@ -318,12 +331,15 @@ class AttemptLog:
             )
             self._failing_since = None
             self._lost_while_failing = 0
+            self._said_full = self._said_down = False
 
     def _down(self, lost: int) -> None:
         connections["default"].close()
         self._lost(lost)
         if self._failing_since is None:
             self._failing_since = time.monotonic()
+        if not self._said_down:
+            self._said_down = True
             logger.error(
                 "attempt log: Django's database cannot be written; delivery goes on, attempts go unrecorded",
                 extra={"event": "attempts.unwritable", "lost": lost},
@@ -338,22 +354,23 @@ class AttemptLog:
         except Exception:  # noqa: BLE001 - any failure to tell means: not usable
             return False
 
-    def _one_by_one(self, attempts: list[AttemptRecord], events: list[BreakerEvent]) -> tuple[int, int]:
-        """Each record in its own transaction: (stored, lost). Stops, counting the rest lost, when the
-        database stops answering."""
+    def _one_by_one(self, attempts: list[AttemptRecord], events: list[BreakerEvent]) -> tuple[int, int, bool]:
+        """Each record in its own transaction: (stored, lost, whether the database still answers). Stops,
+        counting the rest lost, when the database stops answering (or makes a record wait)."""
         stored = failed = 0
         items: list[tuple[list[AttemptRecord], list[BreakerEvent]]] = [([a], []) for a in attempts]
         items += [([], [e]) for e in events]
         for index, (one_attempt, one_event) in enumerate(items):
+            began = time.monotonic()
             try:
                 self._store(one_attempt, one_event)
             except Exception:  # noqa: BLE001 - this record only
                 failed += 1
-                if not self._usable():
-                    return stored, failed + len(items) - index - 1
+                if time.monotonic() - began >= WAITED_SEC or not self._usable():
+                    return stored, failed + len(items) - index - 1, False
                 continue
             stored += 1
-        return stored, failed
+        return stored, failed, True
 
     def _store(self, attempts: list[AttemptRecord], events: list[BreakerEvent]) -> None:
         if self._storable is None:

@@ -33,6 +33,7 @@ from .memory import limit_malloc_arenas
 from .metrics import Counters
 from .parts import Parts, build_parts
 from .scheduling import Scheduler
+from .site_records import SiteRecords
 from .window import QueueWindow
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class Worker:
         self._quick_until = float("-inf")
         self._paused_said = float("-inf")
         self._silent_said = False
+        self.site: SiteRecords | None = None  # made when run() starts, with the holds read then
 
     def snapshot(self) -> WorkerState:
         """The heartbeat state: what the dashboard and the health JSON show about this process."""
@@ -128,13 +130,17 @@ class Worker:
         }
 
     def _beat(self, *, force: bool = False) -> None:
+        # Django's database is written and read by the site-records thread: nothing here waits on it. The
+        # holds it read last are in force from the next poll on.
+        if self.site is None:
+            return
+        self.scheduler.hold(self.site.held())
         if force or time.monotonic() - self._last_heartbeat >= HEARTBEAT_SEC:
             self._last_heartbeat = time.monotonic()
-            self.scheduler.hold(self.holds.refresh())  # one query; the last set read stays if Django's database fails
             state = self.snapshot()
-            self.heartbeat.publish(state)
+            self.site.beat(state)
             self._report_activity(state["counts"])
-            for hook_phid, lowest_id in self.notices.take().items():
+            for hook_phid, lowest_id in self.site.take_notices().items():
                 logger.info(
                     "failed requests put back in the queue",
                     extra={"event": "requeue.notice_taken", "hook": hook_phid, "from_id": lowest_id},
@@ -215,7 +221,16 @@ class Worker:
         except DatabaseError:
             pass  # the loop notices the outage and says so
         self._warn_if_locks_elsewhere()
-        self.scheduler.hold(self.holds.refresh())  # before the first claim, so a --once run honours the holds too
+        held = self.holds.refresh()  # before the first claim, so a --once run honours the holds too
+        self.scheduler.hold(held)
+        self.site = site = SiteRecords(
+            self.heartbeat,
+            self.holds,
+            self.notices,
+            held=held,
+            period=HEARTBEAT_SEC,
+            behind=lambda: self.counters.record("degraded.heartbeat_behind"),
+        )
         limit_malloc_arenas()
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
         running: dict[Future[JobResult], Job] = {}
@@ -236,7 +251,7 @@ class Worker:
             pool.shutdown(wait=True)
             self.runner.close()
             self._report_activity(self.counters.snapshot())
-            self.heartbeat.retire(self.snapshot(), clean=clean)
+            site.close(self.snapshot(), clean=clean)
             self.parts.closing.close()  # the attempt log's last records, the locks, the pools, the connections
             restore()
         logger.info("deliver_webhooks stopped", extra={"event": "worker.stopped"})

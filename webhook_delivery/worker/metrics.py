@@ -75,6 +75,7 @@ Event = Literal[
     "degraded.result_write_retry",
     "degraded.claim_lost_before_write",
     "degraded.lock_session_lost",
+    "degraded.heartbeat_behind",
 ]
 
 
@@ -109,6 +110,7 @@ EVENTS: dict[Event, _Feeds] = {
         DEGRADED, ("claim_lost_before_write",), ("degraded.claim_lost_before_write",)
     ),
     "degraded.lock_session_lost": _Feeds(DEGRADED, ("lock_session_lost",), ("degraded.lock_session_lost",)),
+    "degraded.heartbeat_behind": _Feeds(DEGRADED, ("heartbeat_behind",), ("degraded.heartbeat_behind",)),
 }
 
 

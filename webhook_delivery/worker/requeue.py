@@ -58,7 +58,7 @@ class ErrorFilter:
         return self.error_type if self.error_code is None else f"{self.error_type}/{self.error_code}"
 
 
-_RELATIVE = re.compile(r"(\d+)\s*([smhd])")
+_RELATIVE = re.compile(r"(\d+)\s*([smhd])", re.ASCII)  # ASCII digits: Python's \d matches any script's
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 LATEST = int(datetime.max.replace(microsecond=0, tzinfo=UTC).timestamp())  # 9999-12-31 23:59:59 UTC
 _SHOWN = 40  # characters of a bad value repeated in its error
@@ -85,7 +85,7 @@ def parse_when(value: str, now: int) -> int:
     else:
         today = datetime.fromtimestamp(now, UTC)
         try:
-            if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", text):
+            if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", text, re.ASCII):
                 clock = datetime.strptime(text if text.count(":") == 2 else f"{text}:00", "%H:%M:%S")
                 moment = today.replace(hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
             else:

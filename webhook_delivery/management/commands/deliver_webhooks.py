@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import threading
 from typing import Any
@@ -10,26 +9,11 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from webhook_delivery.management.options import max_concurrent, poll_interval_ms, port
+
 # --once exits with these when it could deliver nothing for a reason an operator must fix (docs/operate/handover.md).
 EXIT_PAUSED = 3  # Phorge's silent mode unknown: its settings are not given, or cannot be read
 EXIT_DATABASE = 4  # Phorge's herald database did not answer
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value, 10)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
-    return number
-
-
-def _port(value: str) -> int:
-    number = _positive(value)
-    if number > 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port from 1 to 65535, got {value!r}")
-    return number
 
 
 class Command(BaseCommand):
@@ -40,9 +24,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="deliver everything due now, then exit")
-        parser.add_argument("--max-concurrent", type=_positive, help="deliveries in flight per process")
-        parser.add_argument("--poll-interval-ms", type=_positive, help="idle poll period in milliseconds")
-        parser.add_argument("--metrics-port", type=_port, help="serve Prometheus metrics on this port")
+        parser.add_argument("--max-concurrent", type=max_concurrent, help="deliveries in flight per process")
+        parser.add_argument("--poll-interval-ms", type=poll_interval_ms, help="idle poll period in milliseconds")
+        parser.add_argument("--metrics-port", type=port, help="serve Prometheus metrics on this port")
         # All interfaces by default: Prometheus scrapes containers from outside. Metrics hold no secrets.
         parser.add_argument("--metrics-addr", default="0.0.0.0", help="address for --metrics-port")  # noqa: S104
         parser.add_argument(

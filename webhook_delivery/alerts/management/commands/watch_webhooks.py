@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webhook_delivery.alerts.config import PHORGE_CHANNEL
 from webhook_delivery.alerts.watcher import Watcher
+from webhook_delivery.management.options import port
 
 
 class Command(BaseCommand):
@@ -29,7 +30,10 @@ class Command(BaseCommand):
             help="send a test message to every configured channel (the phorge channel: check its token); exit 0 "
             "if all worked, else name each that failed",
         )
-        parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
+        parser.add_argument("--metrics-port", type=port, help="serve Prometheus metrics on this port")
+        # As deliver_webhooks: all interfaces by default (Prometheus scrapes containers from outside), and an
+        # address of the operator's choice otherwise. Metrics hold no secrets.
+        parser.add_argument("--metrics-addr", default="0.0.0.0", help="address for --metrics-port")  # noqa: S104
 
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.GORGE_CONFIG_ERRORS:
@@ -64,7 +68,7 @@ class Command(BaseCommand):
         if options["metrics_port"]:
             from prometheus_client import start_http_server
 
-            start_http_server(options["metrics_port"])
+            start_http_server(options["metrics_port"], addr=options["metrics_addr"])
         stop = threading.Event()
 
         def stopping(signum: int, frame: FrameType | None) -> None:
