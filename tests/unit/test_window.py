@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
 from tests.support.clock import FixedClock
 from tests.support.memory_source import MemorySource
-from webhook_delivery.worker.window import GAP_SETTLE_SEC, QueueWindow, Settlement
+from webhook_delivery.phorge.herald import RequestRow
+from webhook_delivery.worker.window import GAP_SETTLE_SEC, SWEEP_INTERVAL_SEC, QueueWindow, Settlement
 
 LEASE, BACKOFF = 60, 300
 
@@ -29,8 +34,7 @@ def drain(source: MemorySource, win: QueueWindow, *, per_job: int = 32, max_poll
     delivered: list[int] = []
     for _ in range(max_polls):
         more = win.poll()
-        assert win.held_count <= win.total
-        assert all(len(hook.held) <= win.per_hook for hook in win.hooks.values())
+        win.check_invariants()
         candidates = win.candidates()
         if not candidates and not more:
             return delivered
@@ -167,3 +171,112 @@ def test_a_row_claimed_elsewhere_waits_for_its_lease() -> None:
     source.now += LEASE + 1
     win.poll()
     assert [row.id for row in win.take(hook, 1)] == [row_id]
+
+
+class WindowMachine(RuleBasedStateMachine):
+    """The window driven as the worker drives it, with the queue changing under it as Phorge and other
+    workers change it: its invariants hold after every step, and once every job is back and enough time
+    has passed, every queued row is proposed and delivered exactly once."""
+
+    HOOKS = [f"PHID-HWBH-{i:020d}" for i in range(4)]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.source = MemorySource()
+        self.win, self.monotonic = window(self.source, per_hook=4, total=10)
+        self.out: list[tuple[str, list[RequestRow]]] = []
+
+    @rule(
+        hook=st.sampled_from(HOOKS), count=st.integers(1, 6), kind=st.sampled_from(["untried", "failed", "fresh-fail"])
+    )
+    def phorge_queues(self, hook: str, count: int, kind: str) -> None:
+        for _ in range(count):
+            if kind == "untried":
+                self.source.add(hook)
+            else:  # failed long ago (due now), or a moment ago (in its retry backoff)
+                epoch = self.source.now - (BACKOFF * 2 if kind == "failed" else 5)
+                self.source.add(hook, result="fail", epoch=epoch, created=epoch - 10)
+
+    @rule(seconds=st.sampled_from([0, 1, 30, LEASE + 1, BACKOFF + 1]))
+    def time_passes(self, seconds: int) -> None:
+        self.source.now += seconds
+        self.monotonic.advance(seconds)
+
+    @rule()
+    def poll(self) -> None:
+        self.win.poll()
+
+    @rule(data=st.data(), limit=st.integers(1, 5))
+    def take(self, data: st.DataObject, limit: int) -> None:
+        busy = {hook for hook, _rows in self.out}
+        candidates = self.win.candidates(lambda hook: hook not in busy)
+        if candidates:
+            hook = data.draw(st.sampled_from([hook for _first, hook in candidates]))
+            self.out.append((hook, self.win.take(hook, limit)))
+
+    @rule(data=st.data())
+    def settle(self, data: st.DataObject) -> None:
+        if not self.out:
+            return
+        hook, rows = self.out.pop(data.draw(st.integers(0, len(self.out) - 1)))
+        settlement = Settlement(hook, rows)
+        for row in rows:
+            fate = data.draw(st.sampled_from(["sent", "retried", "claimed", "deferred", "newer", "untouched"]))
+            if fate == "sent":
+                self.source.send(row.id)
+                settlement.done.append(row.id)
+            elif fate == "retried":
+                self.source.fail(row.id)
+                settlement.retried.append((row.id, self.source.now))
+            elif fate == "claimed":
+                self.source.update(row.id, date_modified=self.source.now + 1)
+                settlement.claimed.append(row.id)
+            elif fate == "deferred":
+                settlement.deferred.append((row.id, self.source.now + 3))
+            elif fate == "newer":
+                self.source.update(row.id, date_modified=self.source.now + 1)
+                settlement.fresh.append(self.source.rows[row.id])
+        self.win.settle(settlement)
+
+    @rule(data=st.data())
+    def another_worker_delivers(self, data: st.DataObject) -> None:
+        queued = sorted(i for i, row in self.source.rows.items() if row.status == "queued")
+        if queued:
+            self.source.send(data.draw(st.sampled_from(queued)))
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        self.win.check_invariants()
+
+    def _queued_left(self) -> bool:
+        return any(row.status == "queued" for row in self.source.rows.values())
+
+    def teardown(self) -> None:
+        for hook, rows in self.out:
+            self.win.settle(Settlement(hook, rows))
+        self.out = []
+        self.win.check_invariants()
+        self.source.now += BACKOFF + LEASE + 1
+        self.monotonic.advance(SWEEP_INTERVAL_SEC + 1)
+        queued = {i for i, row in self.source.rows.items() if row.status == "queued"}
+        delivered: list[int] = []
+        for _ in range(1000):  # a second a turn; as jobs do, a row no longer queued when re-read is given back
+            self.source.now += 1
+            self.monotonic.advance(1)
+            more = self.win.poll()
+            self.win.check_invariants()
+            candidates = self.win.candidates()
+            if not candidates and not more and not self._queued_left():
+                break
+            for _first, hook in candidates:
+                rows = self.win.take(hook, 4)
+                for row in rows:
+                    if self.source.rows[row.id].status == "queued":
+                        self.source.send(row.id)
+                        delivered.append(row.id)
+                self.win.settle(Settlement(hook, rows, done=[row.id for row in rows]))
+        assert sorted(delivered) == sorted(queued)
+
+
+TestWindowMachine = WindowMachine.TestCase
+TestWindowMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

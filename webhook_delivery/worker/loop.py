@@ -315,7 +315,7 @@ class Worker:
             return False, False
         metrics.TRACKED_QUEUED.set(self.window.held_count)
         scheduler = self.scheduler
-        last_results = ((first, hook, self.window.hooks[hook].held[first].last_result) for first, hook in candidates)
+        last_results = ((first, hook, self.window.last_result(hook, first)) for first, hook in candidates)
         scheduled = False
         for hook_phid, lane in scheduler.order(last_results):
             if self.stopping.is_set() or scheduler.full():

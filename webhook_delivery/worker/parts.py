@@ -8,7 +8,7 @@ scheduler and the loop run without a database server (the unit lane).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,23 +30,15 @@ from .dispatcher import Dispatcher
 from .php_watch import PhpWatch
 from .sessions import LockSession, MasterPools, SessionPool, close_quietly, lock_alias
 from .store import Store, WrittenOutcome
+from .window import QueueSource
 
 
-class QueueStore(Protocol):
-    """The reads and writes of Phorge's request table that the loop and the job make (store.Store; the
-    in-memory twin is twins.MemoryStore). Every time is the database's clock; a claim is a compare-and-set
-    on the row's version (dateModified), and a result is written only under the claim that was won."""
+class QueueStore(QueueSource, Protocol):
+    """What the loop and the job read and write of Phorge's request table, beyond what the window reads
+    (store.Store; the in-memory twin is twins.MemoryStore). Every time is the database's clock; a claim is a
+    compare-and-set on the row's version (dateModified), and a result is written only under the claim that
+    was won."""
 
-    def max_request_id(self) -> tuple[int, int]: ...
-    def scan_after(self, after_id: int, limit: int) -> tuple[list[RequestRow], int | None]: ...
-    def in_ranges(self, ranges: Sequence[tuple[int, int]], limit: int) -> tuple[list[RequestRow], int | None]: ...
-    def untried(self, cursors: Sequence[tuple[str, int]], limit: int) -> tuple[list[RequestRow], int | None]: ...
-    def retries(
-        self, cursors: Sequence[tuple[str, int, int]], cutoff: int, limit: int
-    ) -> tuple[list[RequestRow], int | None]: ...
-    def next_failures(self, hooks: Sequence[str], after_epoch: int) -> dict[str, int]: ...
-    def hook_phids(self) -> list[str]: ...
-    def request_hooks_after(self, after: str, limit: int) -> list[str]: ...
     def hooks(self) -> dict[str, Hook]: ...
     def fetch(self, ids: list[int]) -> tuple[list[RequestRow], int | None]: ...
     def large_properties(self, row_id: int) -> tuple[int, str | None] | None: ...

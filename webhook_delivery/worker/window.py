@@ -15,6 +15,17 @@ retained history on a poll, and never holds the whole queue:
   hooks are listed by a loose index scan (requests whose hook row is gone): no queued row is forgotten.
 
 The window only proposes candidates: the job re-reads them and the claim re-checks everything in SQL.
+
+What holds between any two calls (`check_invariants()` checks it; the property tests call it after every
+operation):
+
+1. `held_count` is the number of rows held, at most `total`; no hook holds more than `per_hook`.
+2. A held row is its hook's and was queued when read; it is in exactly one place: handed out to a job
+   (`take`, until `settle`), due (`ready`, ids ascending, no repeats), or waiting for its due time (an
+   entry of the hook's heap, which may also hold stale entries of rows since dropped or placed).
+3. Every hook with due rows is in the set `candidates()` looks at, and every hook with waiting rows in the
+   set `_promote()` looks at (either set may name hooks that no longer have any).
+4. Every hole in the ids is within 1 .. `frontier`, its low end at most its high end.
 """
 
 from __future__ import annotations
@@ -98,6 +109,10 @@ class _Hook:
     retry_due_at: int | None = 0
 
 
+class WindowInvariantError(AssertionError):
+    """The window's state broke one of its invariants (the module's docstring): a bug of ours."""
+
+
 class QueueWindow:
     def __init__(
         self,
@@ -121,7 +136,7 @@ class QueueWindow:
         self.started = False
         self.frontier = 0
         self.held_count = 0
-        self.hooks: dict[str, _Hook] = {}
+        self._hooks: dict[str, _Hook] = {}
         self.gaps: list[list[float]] = []  # [low, high, first seen]
         self._ready_hooks: set[str] = set()
         self._waiting_hooks: set[str] = set()
@@ -142,9 +157,9 @@ class QueueWindow:
     # -- holding rows --------------------------------------------------------------------------------
 
     def _hook(self, phid: str, *, known_empty: bool = False) -> _Hook:
-        hook = self.hooks.get(phid)
+        hook = self._hooks.get(phid)
         if hook is None:
-            hook = self.hooks[phid] = _Hook(phid)
+            hook = self._hooks[phid] = _Hook(phid)
             if known_empty:  # a hook first seen in new rows has no older ones
                 hook.untried_done = True
                 hook.retry_due_at = None
@@ -195,7 +210,7 @@ class QueueWindow:
 
     def _see(self, row: RequestRow, now: int) -> None:
         """A row read by id (a new row, or one found in a hole): hold it, or make sure a cursor reaches it."""
-        hook = self.hooks.get(row.webhook_phid)
+        hook = self._hooks.get(row.webhook_phid)
         if row.status != RequestStatus.QUEUED:
             if hook is not None:
                 self._drop(hook, row.id)
@@ -236,7 +251,7 @@ class QueueWindow:
         for phid in self.source.hook_phids():
             self._hook(phid)
         now = self.estimated_now()
-        for hook in self.hooks.values():
+        for hook in self._hooks.values():
             hook.untried_after = 0
             hook.untried_done = False
             self._untried_pending.add(hook.phid)
@@ -309,16 +324,16 @@ class QueueWindow:
     def _refill_untried(self, budget: int) -> tuple[int, bool]:
         """Read the never-attempted rows of hooks that hold little; (queries used, more left to read)."""
         wanted = sorted(
-            (self.hooks[phid].untried_after, phid)
+            (self._hooks[phid].untried_after, phid)
             for phid in self._untried_pending
-            if len(self.hooks[phid].held) < self.per_hook // 2
+            if len(self._hooks[phid].held) < self.per_hook // 2
         )
         used = 0
         while wanted and used < budget and self.held_count < self.total:
             batch = [phid for _after, phid in wanted[:HOOKS_PER_QUERY]]
             wanted = wanted[HOOKS_PER_QUERY:]
             limit = self.per_hook
-            rows, db_now = self.source.untried([(phid, self.hooks[phid].untried_after) for phid in batch], limit)
+            rows, db_now = self.source.untried([(phid, self._hooks[phid].untried_after) for phid in batch], limit)
             used += 1
             self._saw_clock(db_now)
             now = self.estimated_now()
@@ -326,7 +341,7 @@ class QueueWindow:
             for row in rows:
                 by_hook[row.webhook_phid].append(row)
             for phid, hook_rows in by_hook.items():
-                hook = self.hooks[phid]
+                hook = self._hooks[phid]
                 complete = len(hook_rows) < limit
                 for row in hook_rows:
                     if not self._hold(hook, row, now):
@@ -344,23 +359,23 @@ class QueueWindow:
         due: list[str] = []
         while self._retry_heap and self._retry_heap[0][0] <= now:
             at, phid = heapq.heappop(self._retry_heap)
-            hook = self.hooks.get(phid)
+            hook = self._hooks.get(phid)
             if hook is not None and hook.retry_due_at == at and phid not in due:
                 due.append(phid)
         used = 0
         while due and used < budget:
             batch, due = due[:HOOKS_PER_QUERY], due[HOOKS_PER_QUERY:]
-            room = {phid: self.per_hook - len(self.hooks[phid].held) for phid in batch}
+            room = {phid: self.per_hook - len(self._hooks[phid].held) for phid in batch}
             blocked = [phid for phid in batch if room[phid] <= 0]
             batch = [phid for phid in batch if room[phid] > 0]
             for phid in blocked:  # full of due rows already: look again once some are delivered
-                self.hooks[phid].retry_due_at = None
-                self._retry_at(self.hooks[phid], now + 1)
+                self._hooks[phid].retry_due_at = None
+                self._retry_at(self._hooks[phid], now + 1)
             if not batch:
                 continue
             limit = self.per_hook
             cutoff = now - self.retry_backoff
-            cursors = [(phid, *self.hooks[phid].retry_cursor) for phid in batch]
+            cursors = [(phid, *self._hooks[phid].retry_cursor) for phid in batch]
             rows, db_now = self.source.retries(cursors, cutoff, limit)
             used += 1
             self._saw_clock(db_now)
@@ -369,7 +384,7 @@ class QueueWindow:
                 by_hook[row.webhook_phid].append(row)
             caught_up = []
             for phid, hook_rows in by_hook.items():
-                hook = self.hooks[phid]
+                hook = self._hooks[phid]
                 hook.retry_due_at = None
                 complete = len(hook_rows) < limit
                 for row in hook_rows:
@@ -385,21 +400,21 @@ class QueueWindow:
                 else:
                     self._retry_at(hook, now)
             if caught_up:
-                after = min(self.hooks[phid].retry_cursor[0] for phid in caught_up)
+                after = min(self._hooks[phid].retry_cursor[0] for phid in caught_up)
                 upcoming = self.source.next_failures(caught_up, after)
                 used += 1
                 for phid in caught_up:
-                    hook = self.hooks[phid]
+                    hook = self._hooks[phid]
                     epoch = upcoming.get(phid)
                     if epoch is not None:
                         self._retry_at(hook, max(epoch, hook.retry_cursor[0] + 1) + self.retry_backoff)
         for phid in due:  # over budget: next poll
-            self._retry_at(self.hooks[phid], now)
+            self._retry_at(self._hooks[phid], now)
         return used, bool(due)
 
     def _promote(self, now: int) -> None:
         for phid in list(self._waiting_hooks):
-            hook = self.hooks[phid]
+            hook = self._hooks[phid]
             while hook.waiting and hook.waiting[0][0] <= now:
                 _due, row_id = heapq.heappop(hook.waiting)
                 if row_id in hook.held and row_id not in hook.out:
@@ -426,14 +441,18 @@ class QueueWindow:
     def candidates(self, schedulable: Callable[[str], bool] = lambda hook: True) -> list[tuple[int, str]]:
         """(oldest due id, hook) of every schedulable hook that holds due rows, oldest first."""
         return sorted(
-            (self.hooks[phid].ready[0], phid)
+            (self._hooks[phid].ready[0], phid)
             for phid in self._ready_hooks
-            if self.hooks[phid].ready and schedulable(phid)
+            if self._hooks[phid].ready and schedulable(phid)
         )
+
+    def last_result(self, phid: str, row_id: int) -> str:
+        """The lastRequestResult of a row the window holds for `phid` (a candidate's oldest, say)."""
+        return self._hooks[phid].held[row_id].last_result
 
     def take(self, phid: str, limit: int) -> list[RequestRow]:
         """Up to `limit` due rows of the hook, oldest first, handed out until `settle`."""
-        hook = self.hooks[phid]
+        hook = self._hooks[phid]
         ids, hook.ready = hook.ready[:limit], hook.ready[limit:]
         if not hook.ready:
             self._ready_hooks.discard(phid)
@@ -443,7 +462,7 @@ class QueueWindow:
     def settle(self, settlement: Settlement) -> None:
         """Take back the rows `take` handed out to one job, as the Settlement says became of them."""
         phid = settlement.hook_phid
-        hook = self.hooks[phid]
+        hook = self._hooks[phid]
         now = self.estimated_now()
         claimed = ((row_id, now + self.lease) for row_id in settlement.claimed)
         for row_id, until in [*claimed, *settlement.deferred]:
@@ -470,3 +489,33 @@ class QueueWindow:
                 self._place(hook, row.id, now)
         if len(hook.held) < self.per_hook // 2 and not hook.untried_done:
             self._untried_pending.add(phid)
+
+    # -- invariants ----------------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Raise WindowInvariantError unless every invariant of the module's docstring holds."""
+
+        def require(holds: bool, what: str) -> None:
+            if not holds:
+                raise WindowInvariantError(what)
+
+        held = sum(len(hook.held) for hook in self._hooks.values())
+        require(held == self.held_count, f"held_count {self.held_count} but {held} rows held")
+        require(self.held_count <= self.total, f"{self.held_count} rows held, more than {self.total}")
+        for phid, hook in self._hooks.items():
+            require(len(hook.held) <= self.per_hook, f"{phid} holds {len(hook.held)} rows")
+            for row_id, row in hook.held.items():
+                require(row.id == row_id and row.webhook_phid == phid, f"row {row_id} held under {phid}")
+                require(row.status == RequestStatus.QUEUED, f"row {row_id} held though {row.status}")
+            ready = set(hook.ready)
+            require(hook.ready == sorted(ready), f"{phid}'s due rows out of order or repeated")
+            require(ready <= hook.held.keys(), f"{phid} has due rows it does not hold")
+            require(hook.out <= hook.held.keys(), f"{phid} handed out rows it does not hold")
+            require(not ready & hook.out, f"{phid} has rows both due and handed out")
+            waiting = {row_id for _due, row_id in hook.waiting}
+            placed = ready | hook.out | waiting
+            require(hook.held.keys() <= placed, f"{phid} holds rows in no place: {set(hook.held) - placed}")
+            require(not hook.ready or phid in self._ready_hooks, f"{phid} has due rows but is not a candidate")
+            require(not hook.waiting or phid in self._waiting_hooks, f"{phid} has waiting rows never promoted")
+        for low, high, _seen in self.gaps:
+            require(1 <= low <= high <= max(self.frontier, 1), f"hole {low}..{high} beyond frontier {self.frontier}")
