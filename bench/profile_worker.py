@@ -36,8 +36,10 @@ LIBRARY_COMPONENTS = [
 # Otherwise the innermost webhook_delivery frame decides: (file, function or "*") -> component.
 OUR_COMPONENTS = {
     ("transport.py", "check_uri"): "URI check + DNS + blacklist",
-    ("transport.py", "*"): "HTTP POST (transport.py, http1.py)",
-    ("http1.py", "*"): "HTTP POST (transport.py, http1.py)",
+    ("transport.py", "*"): "HTTP POST (transport.py, curl.py, rawanswer.py)",
+    ("curl.py", "*"): "HTTP POST (transport.py, curl.py, rawanswer.py)",
+    ("rawanswer.py", "*"): "HTTP POST (transport.py, curl.py, rawanswer.py)",
+    ("http1.py", "*"): "HTTP POST (transport.py, curl.py, rawanswer.py)",  # a tree before issue 38
     ("netguard.py", "*"): "URI check + DNS + blacklist",
     ("payload.py", "*"): "payload build + HMAC",
     ("store.py", "claim"): "claim UPDATE",
@@ -70,7 +72,7 @@ OUR_COMPONENTS = {
 }
 # py-spy sometimes gets only the innermost frames of a stack: attribute those by library.
 FALLBACK_COMPONENTS = [
-    ("HTTP POST (transport.py, http1.py)", ("http/client.py",)),
+    ("HTTP POST (transport.py, curl.py, rawanswer.py)", ("http/client.py", "pycurl")),
     ("payload build + HMAC", ("_make_iterencode",)),  # the pure-Python encoder runs only for indent=2
     ("thread pool hand-off", ("concurrent/futures/", "threading.py", "queue.py")),
     ("start-up (imports, django.setup, checks)", ("importlib", "<module>", "django/")),

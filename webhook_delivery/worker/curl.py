@@ -7,12 +7,13 @@ Debian 12's 7.88.1 is what its php8.2-curl links).
   request. A hook whose checked addresses changed starts its next transfer on a fresh connection.
 * Every address a transfer connects to, on every hop, is checked against the outbound blacklist when its
   socket is opened: a refused address ends the attempt as a refused URI, whatever libcurl would have tried
-  next. Kept connections serve only while the list they were checked against is the one in force.
+  next. Kept connections serve only while the list they were checked against is the one in force, and
+  only while no bytes that no request asked for wait on them.
 * The first hop's host name is pinned to the addresses the dispatcher checked (CURLOPT_RESOLVE): no second
   lookup. libcurl follows redirects as HTTPSFuture makes it (20 at most, http and https only).
 * The answer: the buffer PHP would hold (every header block, then the body) judged as Phorge judges it
   (phorge/rawanswer.py); the body counted and dropped but for its first bytes, a gzip body checked as it
-  streams. A kept connection with bytes on it that no request asked for is never used again.
+  streams.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ class _Handle:
         self._polled = -1
         self._url = b""
         self._fresh = False
-        self._checked: Sequence[IPNetwork] = ()  # the outbound blacklist its connections' addresses passed
+        self.checked: Sequence[IPNetwork] | None = None  # the outbound blacklist its connections' addresses passed
         protocols = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
         for option, value in (
             (pycurl.NOSIGNAL, 1),
@@ -186,10 +187,8 @@ class _Handle:
         curl.setopt(pycurl.POSTFIELDS, body)
         curl.setopt(pycurl.HTTPHEADER, list(headers))
         curl.setopt(pycurl.TIMEOUT_MS, timeout_ms)
+        self.checked = blacklist
         fresh = pin is not None and self._pin(pin)
-        if blacklist is not self._checked and blacklist != self._checked:
-            fresh = True  # the kept connections were checked against another list: none is used
-            self._checked = blacklist
         if fresh != self._fresh:
             curl.setopt(pycurl.FRESH_CONNECT, int(fresh))
             self._fresh = fresh
@@ -221,9 +220,16 @@ class _Handle:
             self.pins[(scheme, host, port)] = wanted
         return fresh
 
-    def unclean(self) -> bool:
-        """Whether the kept connection has bytes no request asked for (a second answer, a body after a
-        204, a close): libcurl would read them as the next answer; the handle is then replaced instead."""
+    def reusable(self, blacklist: Sequence[IPNetwork]) -> bool:
+        """Whether the handle's kept connection may serve the next transfer: made under the outbound
+        blacklist in force now (libcurl would also reuse it for a redirect hop, where a fresh connection is
+        not asked for), and with no bytes on it that no request asked for (a second answer, a body after a
+        204, a close), which libcurl would read as the next answer. If not, the handle is replaced."""
+        if self.checked is not None and blacklist is not self.checked and blacklist != self.checked:
+            return False
+        return not self._unclean()
+
+    def _unclean(self) -> bool:
         if self.kept < 0:
             return False
         if self._polled != self.kept:
@@ -247,7 +253,7 @@ class Handles:
 
     def exchange(self, owner: str, **transfer: Any) -> Exchange:
         handle = self._take(owner)
-        if handle.unclean():
+        if not handle.reusable(transfer["blacklist"]):
             handle.close()
             handle = _Handle()
         try:
