@@ -6,24 +6,23 @@ or timed-out attempt: the rest of its rows go back to the window for a later tur
 costs one timeout per turn, never a batch of them. Every statement goes through the process's session
 pool; the lock lives on the process's lock session.
 
-While few jobs run, a result is written on a helper thread while the job claims and sends its next row,
-and once the hook has answered, the next row is claimed while the current call runs (pipeline.py): the
-hook's calls stop waiting on the database, and still follow each other one at a time. With many jobs the
-other hooks' calls fill those waits, and both stay on the job's thread. The write starts the moment the answer is in,
-so the window in which a crash leaves a delivered row to be sent again is as wide as it was; a result is
-still written only under its claim.
+Each row takes one way through the row loop: the next row under a claim (or a lost claim), the decision
+for it (the call's outcome, or the poison rule's), its result's write. How claims and writes overlap the
+calls is the job's pipeline (pipeline.py), chosen when the job starts: on helper threads while few jobs run,
+on the job's own thread, a write carrying the next claim, while many do.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import DatabaseError
 
@@ -39,10 +38,10 @@ from .memory import release_free_memory
 from .metrics import Counters, Event
 from .parts import HookLocks, QueueStore
 from .php_watch import PhpWatch
-from .pipeline import AHEAD_JOBS, Ahead, ClaimWithWrite, Writes
-from .results import Results
+from .pipeline import AHEAD_JOBS, Claimed, Finish, Inline, Lost, Overlapped, Pipeline
+from .results import UNREADABLE, Results
 from .sessions import LockLost
-from .window import Settlement
+from .source import Settlement
 
 logger = logging.getLogger(__name__)
 
@@ -71,11 +70,11 @@ class JobResult:
     failed_at: float = 0.0  # time.monotonic() of the database error: the loop ignores one from before it recovered
 
 
-UNREADABLE = Outcome(
-    RequestStatus.FAILED, RequestResult.NONE, "hook", "unreadable", attempted=False
-)  # recorded as failed/none/0 only
-StartWrite = Callable[[RequestRow, Outcome, int, float, str], None]  # row, outcome, version, claimed at, properties
 UNLOCKED = -1  # the token of a job run without the hook lock (never a lock session's generation)
+
+
+def _nothing() -> None:
+    pass
 
 
 class _Stop(Exception):
@@ -143,11 +142,7 @@ class JobRunner:
                 if self._in_backoff(job.hook_phid, result):
                     return result
                 result.breaker_closed = True
-                writes = Writes(self._writer, lambda row, outcome, written: self._settle(row, outcome, written, result))
-                try:
-                    self._deliver_rows(job, result, name, token, writes)
-                finally:
-                    writes.settle()  # every result written (or given up) before the hook's lock goes
+                self._deliver_rows(job, result, name, token)  # every result written (or given up) before the lock goes
             finally:
                 if token != UNLOCKED:
                     self.locks.release(name, token)
@@ -229,130 +224,128 @@ class JobRunner:
         if deferred:
             self.counters.record("left_to_php", len(deferred))
 
-    def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int, writes: Writes) -> None:
-        pending = self._reread(job.rows, result.settlement)
+    def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int) -> None:
+        """The row loop: the next row under a claim, the decision for it, its result's write; one way to
+        finish a row, whichever strategy the pipeline follows."""
+        pending = deque(self._reread(job.rows, result.settlement))
+        pipeline = self._pipeline(job, result, name, token)
         lost_once: set[int] = set()
-        locked = token != UNLOCKED
-        ahead: Ahead | None = None
-        answered = False
-
-        def claim_next() -> None:
-            """Just before a call: once the hook has answered, its next row is claimed while the call runs."""
-            nonlocal ahead
-            # With many hooks at once the process is bound by its CPU, not by the database's answers.
-            if answered and pending and pending[0].properties is not None and self._running <= AHEAD_JOBS:
-                held, lock = self.locks.for_claim(name, token) if locked else (True, None)
-                if held:
-                    ahead = self._claim_ahead(job, pending.pop(0), lock)
-
-        def start_write(row: RequestRow, outcome: Outcome, version: int, claimed_at: float, properties: str) -> None:
-            """The result's write; with many jobs running, on this thread and, when the job goes on, with the
-            next row's claim in the same round trip."""
-            nonlocal ahead
-            write = (row, version, claimed_at, (outcome.status, outcome.result, outcome.attempted, properties))
-            here = self._running > AHEAD_JOBS
-            # A row claimed ahead already (while fewer jobs ran) is the next one: nothing to claim with this write.
-            following = (
-                None if not here or ahead else self._following(job, outcome, pending, name, token if locked else None)
-            )
-            if following is None:
-                writes.start(row, outcome, lambda: self.results.write(*write), here=here)
-                return
-            claim = ClaimWithWrite(*following, store=self.store, config=self.config)
-            writes.start(row, outcome, lambda: self.results.write(*write, first=claim.write_then_claim), here=True)
-            ahead = claim.ahead()
-            if ahead is None:
-                pending.insert(0, following[0])  # the claim's fate is not known: its own claim finds out
-
         try:
-            while (pending or ahead is not None) and not self.stopping.is_set():
+            while not self.stopping.is_set():
                 if job.hook_phid in self.held():
                     return  # held since the job began: no new call (hold_webhooks waits for this)
-                if ahead is not None:
-                    taken, ahead = ahead, None
-                    row = taken.row
-                    version, claimed_at = taken.take()
-                    if version is not None and not Ahead.fresh(claimed_at):
-                        # The call before took long: this one's deadline would be short. Claim it again.
-                        if taken.release(self.store, None):
-                            self.counters.record("claims_released")
-                            pending.insert(0, row)
-                        else:
-                            result.settlement.claimed.append(row.id)
-                        continue
-                    readable = (taken.properties, taken.problem)
-                    outcome = self._claimed(job, row, readable, version, claimed_at, result, start_write, claim_next)
-                else:
-                    row = pending.pop(0)
-                    held, lock = self.locks.for_claim(name, token) if locked else (True, None)
-                    if not held:
+                step = pipeline.next(pending)
+                if step is None:
+                    return
+                if isinstance(step, Lost):  # our snapshots are likely stale, or the lock is gone
+                    self.counters.record("claims_lost")
+                    if token != UNLOCKED and not self.locks.holds(name, token):
                         result.lock_lost = True
                         return
-                    outcome = self._deliver_row(job, row, result, lock, start_write, claim_next)
-                if outcome is None:  # claim lost: our snapshots are likely stale, or the lock is gone
-                    if locked and not self.locks.holds(name, token):
-                        result.lock_lost = True
-                        return
-                    if row.id in lost_once:
-                        result.settlement.fresh.append(dataclasses.replace(row, properties=None))
-                        continue
-                    lost_once.add(row.id)
-                    pending = self._reread([row, *pending], result.settlement)
-                elif outcome.result == RequestResult.FAIL:
+                    if step.row.id in lost_once:
+                        result.settlement.fresh.append(dataclasses.replace(step.row, properties=None))
+                    else:
+                        lost_once.add(step.row.id)
+                        pending = deque(self._reread([step.row, *pending], result.settlement))
+                    continue
+                self.counters.record("claims_won")
+                try:
+                    finish = self._decide(job, step, result, functools.partial(pipeline.before_call, pending))
+                    pipeline.finish(step, finish, pending)
+                finally:
+                    step.done()
+                if finish.outcome.result == RequestResult.FAIL:
                     return  # hand the hook back: its other rows wait for a later turn
-                else:
-                    answered = answered or outcome.result == RequestResult.OKAY
         finally:
-            if ahead is not None and ahead.release(self.store, result.settlement):
-                self.counters.record("claims_released")
+            pipeline.close()
 
-    def _following(
-        self, job: Job, outcome: Outcome, pending: list[RequestRow], name: str, token: int | None
-    ) -> tuple[RequestRow, tuple[str, int] | None] | None:
-        """The row to claim in the round trip that writes `outcome` (taken off `pending`), and the lock the
-        claim checks: the job's next row, when the job goes on to it."""
-        if outcome.result == RequestResult.FAIL or not pending or pending[0].properties is None:
-            return None
-        held, lock = self.locks.for_claim(name, token) if token is not None else (True, None)
-        try:
-            self._may_claim(job)
-        except _Stop:
-            return None
-        return (pending.pop(0), lock) if held and not self.stopping.is_set() else None
+    def _pipeline(self, job: Job, result: JobResult, name: str, token: int) -> Pipeline:
+        """Overlapped while few jobs run, Inline beyond: chosen for the whole job."""
+        locked = token != UNLOCKED
 
-    def _claim_ahead(self, job: Job, row: RequestRow, lock: tuple[str, int] | None) -> Ahead | None:
-        try:
-            self._may_claim(job)
-        except _Stop:
-            return None  # the next turn of the loop finds out again, on its own thread
-        claim = lambda: self.store.claim(  # noqa: E731
+        def claim_lock(row: RequestRow) -> tuple[bool, tuple[str, int] | None]:
+            """Whether the row may be claimed beside the job's own steps, and the lock that claim checks."""
+            held, lock = self.locks.for_claim(name, token) if locked else (True, None)
+            if not held or self.stopping.is_set():
+                return False, None
+            try:
+                self._may_claim(job)
+            except _Stop:
+                return False, None
+            return True, lock
+
+        def claim_now(row: RequestRow) -> Claimed | Lost:
+            return self._claim_now(job, row, result, name, token)
+
+        def settle(row: RequestRow, outcome: Outcome, written: int | None) -> None:
+            self._settle(row, outcome, written, result)
+
+        def released() -> None:
+            self.counters.record("claims_released")
+
+        if self._running <= AHEAD_JOBS:
+            return Overlapped(
+                executor=self._writer,
+                store=self.store,
+                store_claim=self._store_claim,
+                claim_now=claim_now,
+                claim_lock=claim_lock,
+                write=self.results.write,
+                settle=settle,
+                released=released,
+                settlement=result.settlement,
+            )
+        return Inline(
+            store=self.store,
+            config=self.config,
+            claim_now=claim_now,
+            claim_lock=claim_lock,
+            write=self.results.write,
+            settle=settle,
+            released=released,
+            settlement=result.settlement,
+        )
+
+    def _store_claim(self, row: RequestRow, lock: tuple[str, int] | None) -> int | None:
+        return self.store.claim(
             row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
         )
-        return Ahead.start(self._writer, claim, row, readable_properties(row.properties))
 
-    def _deliver_row(
-        self,
-        job: Job,
-        row: RequestRow,
-        result: JobResult,
-        lock: tuple[str, int] | None,
-        start_write: StartWrite,
-        before_call: Callable[[], None],
-    ) -> Outcome | None:
-        if row.properties is not None:
-            return self._deliver_loaded(job, row, result, lock, "", start_write, before_call)
-        # Queued rows always have properties: these were too large to come with the batch.
-        with self._large:
-            found = self.store.large_properties(row.id)
-            if found is None:
-                return None  # no longer queued: re-read as after a lost claim
-            length, properties = found
-            problem = "" if properties is not None else f"properties of {length} bytes, more than Phorge can write"
-            try:
-                with_text = dataclasses.replace(row, properties=properties)
-                return self._deliver_loaded(job, with_text, result, lock, problem, start_write, before_call)
-            finally:
-                release_free_memory()
+    def _claim_now(self, job: Job, row: RequestRow, result: JobResult, name: str, token: int) -> Claimed | Lost:
+        """The row's claim on the job's thread, the hook's lock checked with it. Queued rows always have
+        properties: a row without came without them because they are large, and is read now, one such row
+        at a time per process, its slot kept until the row is finished."""
+        held, lock = self.locks.for_claim(name, token) if token != UNLOCKED else (True, None)
+        if not held:
+            result.lock_lost = True
+            raise _Stop
+        problem, done = "", _nothing
+        if row.properties is None:
+            self._large.acquire()
+            done = self._large_done
+        try:
+            if row.properties is None:
+                found = self.store.large_properties(row.id)
+                if found is None:
+                    done()
+                    return Lost(row)  # no longer queued: re-read as after a lost claim
+                length, text = found
+                problem = "" if text is not None else f"properties of {length} bytes, more than Phorge can write"
+                row = dataclasses.replace(row, properties=text)
+            self._may_claim(job)
+            properties, problem = (None, problem) if problem else readable_properties(row.properties)
+            version = self._store_claim(row, lock)
+        except BaseException:
+            done()
+            raise
+        if version is None:
+            done()
+            return Lost(row)
+        return Claimed(row, version, time.monotonic(), properties, problem, done)
+
+    def _large_done(self) -> None:
+        self._large.release()
+        release_free_memory()
 
     def _may_claim(self, job: Job) -> None:
         if job.hook is not None and not job.hook.hmac_key:
@@ -360,59 +353,25 @@ class JobRunner:
         if self.dispatcher.silent() is None:
             raise _Stop  # silent mode unknown: claim nothing
 
-    def _deliver_loaded(
-        self,
-        job: Job,
-        row: RequestRow,
-        result: JobResult,
-        lock: tuple[str, int] | None,
-        problem: str,
-        start_write: StartWrite,
-        before_call: Callable[[], None],
-    ) -> Outcome | None:
-        """Claim, deliver and write one row; None when the claim was lost.
+    def _decide(self, job: Job, claimed: Claimed, result: JobResult, before_call: Callable[[], None]) -> Finish:
+        """What is written for a claimed row: the call's outcome, or the poison rule's.
 
         The poison rule: a row we cannot read, cannot turn into a payload, or whose outcome could not be
         written back, is marked failed before any call, its properties left byte for byte, after one
         claim. Nothing is ever sent that cannot be recorded, so nothing is sent twice or loops.
         """
-        self._may_claim(job)
-        readable = (None, problem) if problem else readable_properties(row.properties)
-        version = self.store.claim(
-            row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
-        )
-        return self._claimed(job, row, readable, version, time.monotonic(), result, start_write, before_call)
-
-    def _claimed(
-        self,
-        job: Job,
-        row: RequestRow,
-        readable: tuple[dict[str, Any] | None, str],
-        version: int | None,
-        claimed_at: float,
-        result: JobResult,
-        start_write: StartWrite,
-        before_call: Callable[[], None],
-    ) -> Outcome | None:
-        """Deliver a row whose claim was tried (`version` None: lost) and start its result's write."""
-        if version is None:
-            self.counters.record("claims_lost")
-            return None
-        self.counters.record("claims_won")
         began = time.time()
-        properties, problem = readable
+        row, properties = claimed.row, claimed.properties
         if properties is None:
-            return self._poison(row, version, claimed_at, result, problem, began)
+            return self._poison(claimed, claimed.problem, began)
         before_call()
         try:
-            outcome = self.dispatcher.process(row, properties, job.hook, started=claimed_at)
+            outcome = self.dispatcher.process(row, properties, job.hook, started=claimed.at)
         except UnsendableRequest as exc:
-            return self._poison(row, version, claimed_at, result, str(exc), began)
-        except SilentModeUnknown:
-            result.settlement.claimed.append(row.id)  # untouched but for the claim: back after the lease
-            raise _Stop from None
-        except MasterUnavailable:
-            # Its object lives on a master that does not answer (Masters said so): it waits out its claim.
+            return self._poison(claimed, str(exc), began)
+        except (SilentModeUnknown, MasterUnavailable):
+            # Silent mode unknown, or its object lives on a master that does not answer (Masters said so):
+            # untouched but for the claim, it comes back after the lease.
             result.settlement.claimed.append(row.id)
             raise _Stop from None
         except DatabaseError:
@@ -423,11 +382,9 @@ class JobRunner:
                 "unexpected error delivering a request",
                 extra={"event": "delivery.unexpected_error", "request": row.phid},
             )
-            return self._poison(row, version, claimed_at, result, "internal error", began)
-        self._log_attempt(row, outcome, began, time.monotonic() - claimed_at)
-        new_properties = encode_compact(with_error(properties, outcome))  # cannot fail: readable_properties() tried it
-        start_write(row, outcome, version, claimed_at, new_properties)
-        return outcome
+            return self._poison(claimed, "internal error", began)
+        self._log_attempt(row, outcome, began, time.monotonic() - claimed.at)
+        return Finish(outcome, encode_compact(with_error(properties, outcome)))  # readable_properties() tried it
 
     def _settle(self, row: RequestRow, outcome: Outcome, written: int | None, result: JobResult) -> None:
         """What a written (or given up) result means for the job, the window and the log."""
@@ -447,15 +404,11 @@ class JobRunner:
         if self.attempts is not None:
             self.attempts.record(AttemptRecord.of(row, outcome, began, seconds))
 
-    def _poison(
-        self, row: RequestRow, version: int, claimed_at: float, result: JobResult, problem: str, began: float
-    ) -> Outcome:
+    def _poison(self, claimed: Claimed, problem: str, began: float) -> Finish:
+        row = claimed.row
         logger.error(
             "request cannot be delivered as stored: marked failed, properties left untouched",
-            extra={"request": row.phid, "hook": row.webhook_phid, "reason": problem},
+            extra={"event": "delivery.unreadable", "request": row.phid, "hook": row.webhook_phid, "reason": problem},
         )
-        written = self.results.write(row, version, claimed_at, (RequestStatus.FAILED, RequestResult.NONE, False, None))
-        self.counters.record("deliveries.unreadable")
-        (result.settlement.done if written is not None else result.settlement.claimed).append(row.id)
-        self._log_attempt(row, UNREADABLE, began, time.monotonic() - claimed_at)
-        return UNREADABLE
+        self._log_attempt(row, UNREADABLE, began, time.monotonic() - claimed.at)
+        return Finish(UNREADABLE, None)

@@ -30,7 +30,7 @@ from .dispatcher import Dispatcher
 from .php_watch import PhpWatch
 from .sessions import LockSession, MasterPools, SessionPool, close_quietly, lock_alias
 from .store import Store, WrittenOutcome
-from .window import QueueSource
+from .source import QueueSource
 
 
 class QueueStore(QueueSource, Protocol):

@@ -1,25 +1,34 @@
-"""What a job hands to the runner's helper threads, so that a hook's calls wait on the database as little as
-possible while still following each other one at a time.
+"""How a job gets its rows claimed and its results written: one of two strategies, chosen when the job starts.
 
-* `Writes`: the result of a call is written while the job claims and sends its next row (while few jobs
-  run; with many, on the job's own thread); at most one write in flight per job, waited for before the next
-  is handed over and before the hook's lock goes.
-* `Ahead`: once the hook has answered in this job, the next row is claimed while the current call runs
-  (while few jobs run: with many, the process is bound by its CPU and the hand-over costs more than it wins).
-  A claim changes nothing but dateModified, so a claim no call was made under is taken back exactly
-  (`release`), and one that cannot be taken back waits out its lease as after a crash. The next call
-  starts only after this one's answer, so the hook still has one call in flight; its deadline still
-  counts from its claim, which is why a claim older than AHEAD_MAX_AGE_SEC is taken back and made again.
+Both give the job's row loop (job.py) the same three steps: `next` (the next row, under a claim of ours),
+`finish` (start writing a claimed row's result: every row ends there, a poisoned one too) and `close`
+(wait for the writes in flight and take back a claim no call was made under). Both keep the promises the
+hook's lock and the claims make: one call at a time for the hook, at most one write in flight for the job,
+each settled before the next starts and all before the lock goes, a result written only under its claim.
+
+* `Overlapped`, while few jobs run: the write goes to a helper thread while the job claims and sends its
+  next row, and once the hook has answered in this job, its next row is claimed on a helper thread while
+  the current call runs. A claim changes nothing but dateModified, so one no call was made under is taken
+  back exactly (`release`), and one that cannot be taken back waits out its lease as after a crash; the
+  next call's deadline counts from its claim, so a claim older than AHEAD_MAX_AGE_SEC is taken back and
+  made again.
+* `Inline`, while many jobs run (the process is then bound by its CPU, and the other hooks' calls fill
+  the waits): the write stays on the job's thread and carries the claim of the job's next row in the same
+  round trip (QueueStore.write_then_claim).
+
+The write starts the moment the answer is in, so the window in which a crash leaves a delivered row to be
+sent again is as wide as it was.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import DatabaseError
 
@@ -28,81 +37,110 @@ from ..phorge.herald import RequestRow
 from ..phorge.outcomes import Outcome, readable_properties
 from .parts import QueueStore
 from .store import WrittenOutcome
-from .window import Settlement
+from .source import Settlement
 
 AHEAD_MAX_AGE_SEC = 0.25  # what a call's timeout may lose to the wait for the call before it
-AHEAD_JOBS = 2  # writes and claims ahead only while at most this many jobs run: beyond, the CPU is the limit
+AHEAD_JOBS = 2  # the Overlapped strategy while at most this many jobs run: beyond, the CPU is the limit
 
 
-class Writes:
-    """A job's result writes: at most one in flight, settled in order by `take` (the runner's)."""
+@dataclass
+class Claimed:
+    """A row under a claim of ours: the version won and when, and its properties as decoded (None: the
+    poison rule applies, `problem` says why)."""
 
-    def __init__(self, executor: ThreadPoolExecutor, take: Callable[[RequestRow, Outcome, int | None], None]) -> None:
+    row: RequestRow
+    version: int
+    at: float
+    properties: dict[str, Any] | None
+    problem: str
+    done: Callable[[], None] = lambda: None  # called once the row is finished (a large row's slot freed)
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A row whose claim was lost: another worker, PHP or a newer snapshot had it."""
+
+    row: RequestRow
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The decision for a claimed row: the outcome, and the properties text written with it (None: the
+    row's properties are left as stored)."""
+
+    outcome: Outcome
+    properties: str | None
+
+    def written(self) -> WrittenOutcome:
+        return (self.outcome.status, self.outcome.result, self.outcome.attempted, self.properties)
+
+
+ClaimNow = Callable[[RequestRow], Claimed | Lost]  # the job's own claim of a row, on its thread
+Write = Callable[..., int | None]  # Results.write(row, version, claimed_at, outcome, first=...)
+Settle = Callable[[RequestRow, Outcome, int | None], None]  # what a written (or given up) result means
+
+
+class Pipeline(Protocol):
+    def next(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
+        """The next row under a claim (taken off `pending`), Lost, or None when the job has no more."""
+
+    def before_call(self, pending: deque[RequestRow]) -> None:
+        """Just before a claimed row's call."""
+
+    def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> None:
+        """Start writing the row's result; the job goes on to `pending` unless the outcome failed."""
+
+    def close(self) -> None:
+        """Every claim no call was made under taken back (or left to its lease), every write settled."""
+
+
+class _Writes:
+    """A job's result writes: at most one in flight, settled in order."""
+
+    def __init__(self, executor: ThreadPoolExecutor, settle: Settle) -> None:
         self._executor = executor
-        self._take = take
+        self._settle = settle
         self._pending: tuple[RequestRow, Outcome, Future[int | None]] | None = None
 
-    def start(self, row: RequestRow, outcome: Outcome, write: Callable[[], int | None], *, here: bool = False) -> None:
-        """Start the write of `row`'s result; `here`: on this thread, now (with many jobs running, the other
-        jobs' calls fill the wait, and a hand-over to another thread would only cost CPU)."""
+    def start(self, row: RequestRow, outcome: Outcome, write: Callable[[], int | None], *, here: bool) -> None:
         self.settle()  # the one before: a job never has two writes in flight
         if here:
-            self._take(row, outcome, write())
+            self._settle(row, outcome, write())
             return
         self._pending = (row, outcome, self._executor.submit(write))
 
     def settle(self) -> None:
-        """Wait for the write in flight, if any, and take in what it says."""
         if self._pending is None:
             return
         row, outcome, future = self._pending
         self._pending = None
-        self._take(row, outcome, future.result())
+        self._settle(row, outcome, future.result())
 
 
-@dataclass
-class Ahead:
-    """The claim of a job's next row, made on a helper thread while the job's current call runs."""
+class _Ahead:
+    """A claim of the job's next row made off the job's thread (Overlapped) or in the round trip of the write
+    before (Inline): its future gives the version won (None: lost) and when."""
 
-    row: RequestRow  # the snapshot claimed from, with its properties
-    properties: dict[str, Any] | None  # decoded on the job's thread; None: the poison rule applies
-    problem: str
-    future: Future[tuple[int | None, float]]  # (the version won or None, time.monotonic() once claimed)
-
-    @classmethod
-    def start(
-        cls,
-        executor: ThreadPoolExecutor,
-        claim: Callable[[], int | None],
-        row: RequestRow,
-        readable: tuple[dict[str, Any] | None, str],
-    ) -> Ahead:
-        def run() -> tuple[int | None, float]:
-            version = claim()
-            return version, time.monotonic()
-
-        return cls(row, readable[0], readable[1], executor.submit(run))
-
-    def take(self) -> tuple[int | None, float]:
-        """The claim's outcome; a database error is the job's, as for a claim on its own thread."""
-        return self.future.result()
+    def __init__(self, row: RequestRow, future: Future[tuple[int | None, float]]) -> None:
+        self.row = row
+        self.future = future
 
     @classmethod
-    def made(cls, row: RequestRow, version: int | None, claimed_at: float) -> Ahead:
-        """A claim already made (with the write before it)."""
+    def made(cls, row: RequestRow, version: int | None, at: float) -> _Ahead:
         done: Future[tuple[int | None, float]] = Future()
-        done.set_result((version, claimed_at))
-        properties, problem = readable_properties(row.properties)
-        return cls(row, properties, problem, done)
+        done.set_result((version, at))
+        return cls(row, done)
 
-    @staticmethod
-    def fresh(claimed_at: float) -> bool:
-        return time.monotonic() - claimed_at <= AHEAD_MAX_AGE_SEC
+    def claimed(self) -> Claimed | Lost:
+        version, at = self.future.result()  # a database error is the job's, as for a claim on its thread
+        if version is None:
+            return Lost(self.row)
+        return Claimed(self.row, version, at, *readable_properties(self.row.properties))
 
     def release(self, store: QueueStore, settlement: Settlement | None) -> bool:
-        """Take the claim back (it was won and no call was made under it): True when the row is as it was.
-        With `settlement`, the window learns what became of the row: as it was (the snapshot claimed from)
-        or, when it could not be taken back, under a claim until the lease ends."""
+        """Take the claim back (won, and no call made under it): True when the row is as it was. With
+        `settlement`, the window learns what became of the row: as it was, or under a claim until the lease
+        ends when it could not be taken back."""
         try:
             version, _ = self.future.result()
         except DatabaseError:
@@ -121,33 +159,146 @@ class Ahead:
         return released
 
 
-class ClaimWithWrite:
-    """With many jobs running, the claim of a job's next row goes in the round trip that writes the current
-    row's result (QueueStore.write_then_claim): one round trip where there were two, and no thread hand-over.
-    The write is made when it was (the moment the answer is in), so the duplicate window is as wide as it was;
-    the claim is made just before the call it is for."""
+class Overlapped:
+    """Few jobs running: writes and the next claim on helper threads, beside the job's call."""
 
-    def __init__(self, row: RequestRow, lock: tuple[str, int] | None, *, store: QueueStore, config: DeliveryConfig):
-        self.row = row
-        self.lock = lock
-        self.store = store
-        self.config = config
-        self._made: tuple[int | None, float] | None = None
+    def __init__(
+        self,
+        *,
+        executor: ThreadPoolExecutor,
+        store: QueueStore,
+        store_claim: Callable[[RequestRow, tuple[str, int] | None], int | None],
+        claim_now: ClaimNow,
+        claim_lock: Callable[[RequestRow], tuple[bool, tuple[str, int] | None]],
+        write: Write,
+        settle: Settle,
+        released: Callable[[], None],
+        settlement: Settlement,
+    ) -> None:
+        self._settlement = settlement
+        self._executor = executor
+        self._store = store
+        self._claim_now = claim_now
+        self._claim_lock = claim_lock  # whether a claim may be made ahead, and the lock it checks
+        self._write = write
+        self._writes = _Writes(executor, settle)
+        self._released = released
+        self._store_claim = store_claim
+        self._ahead: _Ahead | None = None
+        self._answered = False
 
-    def write_then_claim(self, written: RequestRow, version: int, outcome: WrittenOutcome) -> int | None:
-        """The write (as QueueStore.write_outcome), the claim kept for `ahead`."""
-        result, claimed, known = self.store.write_then_claim(
-            (written.id, version),
-            outcome,
-            self.row,
-            lease=self.config.claim_lease_sec,
-            retry_backoff=self.config.retry_backoff_sec,
-            lock=self.lock,
-        )
-        if known:
-            self._made = (claimed, time.monotonic())
-        return result
+    def next(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
+        while self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            claimed = ahead.claimed()
+            if isinstance(claimed, Lost) or time.monotonic() - claimed.at <= AHEAD_MAX_AGE_SEC:
+                return claimed
+            # The call before took long: this one's deadline would be short. Claimed again, below.
+            if ahead.release(self._store, None):
+                self._released()
+                pending.appendleft(ahead.row)
+            else:
+                self._settlement.claimed.append(ahead.row.id)  # it waits out its claim
+        return self._claim_now(pending.popleft()) if pending else None
 
-    def ahead(self) -> Ahead | None:
-        """The claim made, for the job's next turn; None when it was not made or its outcome is not known."""
-        return None if self._made is None else Ahead.made(self.row, *self._made)
+    def before_call(self, pending: deque[RequestRow]) -> None:
+        """Once the hook has answered, its next row is claimed while this call runs."""
+        if self._answered and pending and pending[0].properties is not None:
+            may, lock = self._claim_lock(pending[0])
+            if may:
+                row = pending.popleft()
+                self._ahead = _Ahead(row, self._executor.submit(self._claim, row, lock))
+
+    def _claim(self, row: RequestRow, lock: tuple[str, int] | None) -> tuple[int | None, float]:
+        return self._store_claim(row, lock), time.monotonic()
+
+    def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> None:
+        row, version, at, written = claimed.row, claimed.version, claimed.at, finish.written()
+        self._writes.start(row, finish.outcome, lambda: self._write(row, version, at, written), here=False)
+        self._answered = self._answered or finish.outcome.result == "okay"
+
+    def close(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        try:
+            if ahead is not None and ahead.release(self._store, self._settlement):
+                self._released()
+        finally:
+            self._writes.settle()
+
+
+class Inline:
+    """Many jobs running: everything on the job's thread, the next row's claim in the round trip of the
+    result's write."""
+
+    def __init__(
+        self,
+        *,
+        store: QueueStore,
+        config: DeliveryConfig,
+        claim_now: ClaimNow,
+        claim_lock: Callable[[RequestRow], tuple[bool, tuple[str, int] | None]],
+        write: Write,
+        settle: Settle,
+        released: Callable[[], None],
+        settlement: Settlement,
+    ) -> None:
+        self._settlement = settlement
+        self._released = released
+        self._store = store
+        self._config = config
+        self._claim_now = claim_now
+        self._claim_lock = claim_lock  # whether a claim may be made with the write, and the lock it checks
+        self._write = write
+        self._settle = settle
+        self._ahead: _Ahead | None = None
+
+    def next(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            return ahead.claimed()
+        return self._claim_now(pending.popleft()) if pending else None
+
+    def before_call(self, pending: deque[RequestRow]) -> None:
+        pass
+
+    def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> None:
+        row, version, at, written = claimed.row, claimed.version, claimed.at, finish.written()
+        following = self._following(finish.outcome, pending)
+        if following is None:
+            self._settle(row, finish.outcome, self._write(row, version, at, written))
+            return
+        next_row, lock = following
+        made: list[tuple[int | None, float]] = []
+
+        def write_then_claim(written_row: RequestRow, written_version: int, outcome: WrittenOutcome) -> int | None:
+            result, won, known = self._store.write_then_claim(
+                (written_row.id, written_version),
+                outcome,
+                next_row,
+                lease=self._config.claim_lease_sec,
+                retry_backoff=self._config.retry_backoff_sec,
+                lock=lock,
+            )
+            if known:
+                made.append((won, time.monotonic()))
+            return result
+
+        self._settle(row, finish.outcome, self._write(row, version, at, written, first=write_then_claim))
+        if made:
+            self._ahead = _Ahead.made(next_row, *made[0])
+        else:
+            pending.appendleft(next_row)  # the claim's fate is not known: its own claim finds out
+
+    def _following(
+        self, outcome: Outcome, pending: deque[RequestRow]
+    ) -> tuple[RequestRow, tuple[str, int] | None] | None:
+        """The row whose claim goes with this write, taken off `pending`, and the lock it checks."""
+        if outcome.result == "fail" or not pending or pending[0].properties is None:
+            return None
+        may, lock = self._claim_lock(pending[0])
+        return (pending.popleft(), lock) if may else None
+
+    def close(self) -> None:
+        ahead, self._ahead = self._ahead, None  # made with the last write, and the job ended before its call
+        if ahead is not None and ahead.release(self._store, self._settlement):
+            self._released()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from django.db import DatabaseError
 
 from ..config import DeliveryConfig
-from ..phorge.herald import RequestRow, RequestStatus
+from ..phorge.herald import RequestResult, RequestRow, RequestStatus
 from ..phorge.outcomes import HOOK_ERROR, SILENT, Outcome
 from .metrics import Counters, Event
 from .parts import QueueStore
@@ -19,6 +19,8 @@ from .store import WrittenOutcome
 logger = logging.getLogger(__name__)
 
 WRITE_MARGIN_SEC = 2.0
+# What the poison rule writes: failed/none/0, the properties left as stored (errorType and errorCode with them).
+UNREADABLE = Outcome(RequestStatus.FAILED, RequestResult.NONE, "hook", "unreadable", attempted=False)
 
 
 class Results:
@@ -65,6 +67,9 @@ class Results:
                 delay = min(delay * 2, 5.0)
 
     def record(self, row: RequestRow, outcome: Outcome, written: int | None) -> None:
+        if outcome is UNREADABLE:  # said when it was decided, at ERROR
+            self.counters.record("deliveries.unreadable")
+            return
         event: Event = (
             "deliveries.sent"
             if outcome.status == RequestStatus.SENT

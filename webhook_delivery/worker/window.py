@@ -33,11 +33,13 @@ from __future__ import annotations
 import bisect
 import heapq
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from ..phorge.herald import RequestResult, RequestRow, RequestStatus, next_due
+from .source import QueueSource, Settlement
+
+__all__ = ["QueueSource", "QueueWindow", "Settlement", "WindowInvariantError"]
 
 PER_HOOK = 64
 TOTAL = 32_768
@@ -51,45 +53,6 @@ STARTUP_GAP_WINDOW = 100
 SWEEP_INTERVAL_SEC = 600.0
 SWEEP_HOOKS_PER_POLL = 1000
 _END = 2**32  # above any id: a cursor (epoch, _END) has read everything of that epoch
-
-
-class QueueSource(Protocol):
-    """What the window reads (store.Store on Phorge's database; an in-memory one in the tests)."""
-
-    def max_request_id(self) -> tuple[int, int]: ...
-
-    def scan_after(self, after_id: int, limit: int) -> tuple[list[RequestRow], int | None]: ...
-
-    def in_ranges(self, ranges: Sequence[tuple[int, int]], limit: int) -> tuple[list[RequestRow], int | None]: ...
-
-    def untried(self, cursors: Sequence[tuple[str, int]], limit: int) -> tuple[list[RequestRow], int | None]: ...
-
-    def retries(
-        self, cursors: Sequence[tuple[str, int, int]], cutoff: int, limit: int
-    ) -> tuple[list[RequestRow], int | None]: ...
-
-    def next_failures(self, hooks: Sequence[str], after_epoch: int) -> dict[str, int]: ...
-
-    def hook_phids(self) -> list[str]: ...
-
-    def request_hooks_after(self, after: str, limit: int) -> list[str]: ...
-
-
-@dataclass
-class Settlement:
-    """What became of the rows `QueueWindow.take` handed out to one job, built up by the job and given back
-    in one `QueueWindow.settle` call: `done` are no longer queued, `retried` (id, epoch written) wait out
-    their retry backoff, `fresh` are newer snapshots, `claimed` are under a claim of ours whose outcome was
-    not written (they wait out the lease), `deferred` (id, db time) are left alone until then; the others
-    are as they were."""
-
-    hook_phid: str
-    rows: Sequence[RequestRow]
-    done: list[int] = field(default_factory=list)
-    retried: list[tuple[int, int]] = field(default_factory=list)
-    fresh: list[RequestRow] = field(default_factory=list)  # the window keeps no properties text
-    claimed: list[int] = field(default_factory=list)
-    deferred: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _untried(row: RequestRow) -> bool:
