@@ -44,13 +44,19 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         )
     messages.extend(_phorge_settings(config))
-    partitioned, answered = _partitioned(config)
-    messages.extend(partitioned)
-    messages.extend(
-        _php_delivery(config) if answered else [_delivery_info("unknown (Phorge's database did not answer)")]
-    )
+    messages.extend(_partitioned(config)[0])
     messages.extend(_alert_channels())
     return messages
+
+
+@register("gorge", deploy=True)
+def php_delivery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """`check --deploy` only: it reads Phorge's config and worker tables, which no other command (the worker's
+    start included) should wait on or hold a connection to."""
+    config = settings.GORGE_WEBHOOK
+    if not _partitioned(config)[1]:
+        return [_delivery_info("unknown (Phorge's database did not answer)")]
+    return _php_delivery(config)
 
 
 def _alert_channels() -> list[CheckMessage]:

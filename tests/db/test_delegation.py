@@ -46,7 +46,7 @@ def _fresh() -> None:
 def _seen(client: Any) -> dict[str, Any]:
     ready = client.get("/readyz")
     health = json.loads(client.get("/api/webhook/health", HTTP_X_SERVICE_TOKEN=TOKEN).content)["data"]
-    checked = [(m.id, m.msg) for m in checks.configuration() if m.id in ("gorge.I001", "gorge.W006")]
+    checked = [(m.id, m.msg) for m in checks.php_delivery() if m.id in ("gorge.I001", "gorge.W006")]
     return {
         "ready": json.loads(ready.content),
         "health": health["phorge_settings"]["php_delivery"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 import time
 import tracemalloc
 from typing import Any
@@ -359,3 +360,19 @@ def test_a_kept_connection_serves_only_under_the_blacklist_it_was_checked_agains
         with pytest.raises(InvalidURI):
             deliver(parse_blacklist("127.0.0.2/32"))
     assert [r.path for r in target.requests] == ["/target/ok"] * 2
+
+
+def test_a_large_request_body_is_let_go_after_its_transfer() -> None:
+    """pycurl keeps the body it was given until the next one: a hook's handle must not hold a request of
+    megabytes (a request with thousands of transactions) between deliveries."""
+    body = b'{"transactions": "' + b"x" * 1_000_000 + b'"}'
+    with RawServer(_respond(OK)) as server:
+        url = f"http://127.0.0.1:{server.port}/big"
+        deadline = transport.Deadline.after(2.0)
+        hop = transport.check_uri(url, (), system_resolver, deadline)
+        references = sys.getrefcount(body)
+        http = transport.post(
+            url, body, "0" * 64, owner="PHID-HOOK-big", first_hop=hop, blacklist=(), deadline=deadline
+        )
+        assert http == outcome(200)
+        assert sys.getrefcount(body) == references

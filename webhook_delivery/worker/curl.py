@@ -38,6 +38,7 @@ USER_AGENT = "Arcanist/1.0 cURL/7.88.1"
 MAX_REDIRECTS = 20
 IDLE_HANDLES = 128  # hooks whose handle (and kept connections) stay open between jobs; the least recent goes
 CONNECTIONS_PER_HANDLE = 1  # the connection of a hook's last request: the one whose socket is checked
+HELD_BODY_MAX = 64 * 1024  # a request body above this is let go after its transfer, not kept by the handle
 BODY_KEPT = 64 * 1024  # a body's first bytes, held to judge it as PHP would and for the attempt log
 HEADS_KEPT = 1024 * 1024  # every header block of one transfer; libcurl allows 300 KiB an answer
 CA_FILE: str | None = None  # None: libcurl's own CA store (the system's)
@@ -199,6 +200,8 @@ class _Handle:
             curl.perform()
         except pycurl.error as exc:
             error = int(exc.args[0])
+        if len(body) > HELD_BODY_MAX:  # pycurl holds the body it was given until the next one
+            curl.setopt(pycurl.POSTFIELDS, b"")
         self.kept = int(curl.getinfo(pycurl.ACTIVESOCKET))
         redirects = int(curl.getinfo(pycurl.REDIRECT_COUNT))
         if transfer.refused or error:
