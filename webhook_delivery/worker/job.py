@@ -249,12 +249,15 @@ class JobRunner:
                         pending = deque(self._reread([step.row, *pending], result.settlement))
                     continue
                 self.counters.record("claims_won")
+                done = step.done
                 try:
                     finish = self._decide(job, step, result, functools.partial(pipeline.before_call, pending))
                     pipeline.finish(step, finish, pending)
+                    failed = finish.outcome.result == RequestResult.FAIL
                 finally:
-                    step.done()
-                if finish.outcome.result == RequestResult.FAIL:
+                    step = finish = None  # type: ignore[assignment]  # a large row's text goes before its slot
+                    done()
+                if failed:
                     return  # hand the hook back: its other rows wait for a later turn
         finally:
             pipeline.close()
@@ -341,7 +344,7 @@ class JobRunner:
         if version is None:
             done()
             return Lost(row)
-        return Claimed(row, version, time.monotonic(), properties, problem, done)
+        return Claimed(row, version, time.monotonic(), properties, problem, done, large=done is not _nothing)
 
     def _large_done(self) -> None:
         self._large.release()

@@ -29,8 +29,8 @@ from .attempts import AttemptLog
 from .dispatcher import Dispatcher
 from .php_watch import PhpWatch
 from .sessions import LockSession, MasterPools, SessionPool, close_quietly, lock_alias
-from .store import Store, WrittenOutcome
 from .source import QueueSource
+from .store import Store, WrittenOutcome
 
 
 class QueueStore(QueueSource, Protocol):

@@ -36,8 +36,8 @@ from ..config import DeliveryConfig
 from ..phorge.herald import RequestRow
 from ..phorge.outcomes import Outcome, readable_properties
 from .parts import QueueStore
-from .store import WrittenOutcome
 from .source import Settlement
+from .store import WrittenOutcome
 
 AHEAD_MAX_AGE_SEC = 0.25  # what a call's timeout may lose to the wait for the call before it
 AHEAD_JOBS = 2  # the Overlapped strategy while at most this many jobs run: beyond, the CPU is the limit
@@ -54,6 +54,7 @@ class Claimed:
     properties: dict[str, Any] | None
     problem: str
     done: Callable[[], None] = lambda: None  # called once the row is finished (a large row's slot freed)
+    large: bool = False  # read on its own for its size: its write is made before the job goes on
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,8 @@ class Overlapped:
 
     def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> None:
         row, version, at, written = claimed.row, claimed.version, claimed.at, finish.written()
-        self._writes.start(row, finish.outcome, lambda: self._write(row, version, at, written), here=False)
+        write = lambda: self._write(row, version, at, written)  # noqa: E731
+        self._writes.start(row, finish.outcome, write, here=claimed.large)
         self._answered = self._answered or finish.outcome.result == "okay"
 
     def close(self) -> None:
