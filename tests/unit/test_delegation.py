@@ -99,3 +99,16 @@ def test_the_forks_owner_option_decides_where_it_is_set() -> None:
     assert kept.delegation.state == "not delegated"
     assert kept.delegation.why.startswith("gorge.webhook.owner is not 'gorge'")
     assert [name for name, _shown, _where in kept.summary()][-1] == FORK_OWNER
+
+
+def test_the_forks_owner_reads_as_the_fork_reads_it() -> None:
+    """PhabricatorGorgeServiceSpec::getOwner(): `auto` (or unset) leaves it to the URI, anything but
+    `gorge`, `phorge` and `auto`, compared exactly, makes Phorge fail: unknown here, never delivered on."""
+    auto = read(LocalRead(FILE, {FORK_OWNER: "auto", SERVICE_URI: URI}), None)
+    assert auto.delegation.state == "delegated" and row(auto, SERVICE_URI)[1] == "set"
+    unset_uri = read(LocalRead(FILE, {FORK_OWNER: "auto"}), None)
+    assert unset_uri.delegation.state == "not delegated"
+    for refused in ("Gorge", " gorge", "yes", 1):
+        odd = read(LocalRead(FILE, {FORK_OWNER: refused, SERVICE_URI: URI}), None)
+        assert odd.delegation.state == "unknown", refused
+        assert odd.delegation.why.startswith("gorge.webhook.owner is neither 'gorge', 'phorge' nor 'auto'")

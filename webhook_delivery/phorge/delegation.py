@@ -1,9 +1,11 @@
 """Whether Phorge hands webhook delivery to this service: the predicate of contrib/phorge's patch
 (`gorge.webhook.uri` set and `phabricator.silent` off), read from the settings the service already reads.
 
-The soulteary/phorge fork has a switch of its own: its newer revisions deliver through the service when
-`gorge.webhook.owner` says `gorge` and keep `gorge.webhook.uri` for their diagnostics only, so where that
-option is set, it decides. Pure: the values come from config.py's layers.
+The soulteary/phorge fork has a switch of its own: its newer revisions ask their service registry whether
+`webhook` is owned by `gorge` (PhabricatorGorgeServiceSpec::getOwner()): `gorge.webhook.owner` set to
+`gorge` or `phorge` decides; unset or `auto`, the owner is `gorge` exactly when `gorge.webhook.uri` is a
+non-empty string; any other value makes Phorge itself fail, so it is unknown here. Pure: the values come
+from config.py's layers.
 """
 
 from __future__ import annotations
@@ -33,17 +35,23 @@ def service_uri_set(value: Any) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
-def owned_by_gorge(value: Any) -> bool:
-    return isinstance(value, str) and value.strip().lower() == "gorge"
+def fork_owner(value: Any) -> bool | None:
+    """The fork's owner option as the fork reads it: True (`gorge`), False (`phorge`), None for a value the
+    fork refuses (compared exactly, as PHP's `===`)."""
+    if value == "gorge":
+        return True
+    if value == "phorge":
+        return False
+    return None
 
 
-def read_switch(option: str, value: Any) -> tuple[bool, str]:
-    """Whether this stored value of `option` turns delegation on, and the value as text for the pages and
-    the log: never the URI itself (it may carry credentials)."""
-    on = owned_by_gorge(value) if option == FORK_OWNER else service_uri_set(value)
+def read_switch(option: str, value: Any) -> tuple[bool | None, str]:
+    """Whether this stored value of `option` turns delegation on (None: Phorge refuses the value), and the
+    value as text for the pages and the log: never the URI itself (it may carry credentials)."""
     if option == FORK_OWNER:
         text = value if isinstance(value, str) else repr(value)
-        return on, repr(text[:OWNER_SHOWN_MAX])
+        return fork_owner(value), repr(text[:OWNER_SHOWN_MAX])
+    on = service_uri_set(value)
     if on:
         return on, "set"
     if value is None or value == "":
@@ -51,13 +59,18 @@ def read_switch(option: str, value: Any) -> tuple[bool, str]:
     return on, "not an http(s) URI with a host, which Phorge replaces by its default: not set"
 
 
-def first_switch(stored: Callable[[str], tuple[Any, str, Any] | None]) -> tuple[str, bool, Any, str, str] | None:
+def first_switch(
+    stored: Callable[[str], tuple[Any, str, Any] | None],
+) -> tuple[str, bool | None, Any, str, str] | None:
     """The switch option that decides, from `stored` (option -> (source, where, value) where it is set):
-    (option, on, source, where, value as text); None when neither is set."""
+    (option, on or None when Phorge refuses the value, source, where, value as text); None when neither is
+    set. The fork's owner decides unless it is `auto`, which leaves it to the URI, as the fork does."""
     for option in DELEGATION_KEYS:
-        if (found := stored(option)) is not None:
-            on, shown = read_switch(option, found[2])
-            return option, on, found[0], found[1], shown
+        found = stored(option)
+        if found is None or (option == FORK_OWNER and found[2] == "auto"):
+            continue
+        on, shown = read_switch(option, found[2])
+        return option, on, found[0], found[1], shown
     return None
 
 
@@ -79,6 +92,10 @@ def decide(option: str, switch: bool | None, switch_where: str, silent: bool | N
     """The patch's predicate: delegated when the switch is on and silent mode is off."""
     named = f"{option} = 'gorge'" if option == FORK_OWNER else f"{option} is set"
     if switch is None:
+        if option == FORK_OWNER:
+            return Delegation(
+                "unknown", f"{option} is neither 'gorge', 'phorge' nor 'auto' ({switch_where}): Phorge refuses it"
+            )
         return Delegation("unknown", f"{option} cannot be told: {switch_where}")
     if not switch:
         unset = f"{option} is not 'gorge'" if option == FORK_OWNER else f"{option} is not set"
