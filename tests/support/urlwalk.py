@@ -34,6 +34,11 @@ PUBLIC = {
 PHID_PAGES: dict[str, Any] = {
     "webhook_delivery:hook": HeraldWebhook,
     "webhook_delivery:request": HeraldWebhookRequest,
+    # The operators' actions: each answers a GET with 405 but the requeue's dry run, which is a page.
+    "webhook_delivery:hook_hold": HeraldWebhook,
+    "webhook_delivery:hook_release": HeraldWebhook,
+    "webhook_delivery:hook_requeue": HeraldWebhook,
+    "webhook_delivery:request_requeue": HeraldWebhookRequest,
 }
 MISSING_PHID = "PHID-XXXX-missingmissingmissing"
 
