@@ -1,7 +1,8 @@
 """Thin views: the staff dashboard, the hook and request pages, the probes and the web metrics. Every read
 is in selectors.py (Phorge's tables), phorge_status.py (Phorge's settings and PHP worker), object_names.py
-(the names of Phorge's objects), records/heartbeat.py (the heartbeats) or history.py (the attempt log);
-dashboard.py composes the dashboard."""
+(the names of Phorge's objects), records/heartbeat.py (the heartbeats), records/actions.py (the operators'
+actions) or history.py (the attempt log); dashboard.py composes the dashboard. The forms that act are in
+actions.py."""
 
 from __future__ import annotations
 
