@@ -199,13 +199,15 @@ def test_a_post_without_the_csrf_token_from_staff_without_the_permission_or_anon
     assert phorge.row(request)["status"] == "failed"
 
 
-def test_the_pages_screenshot(phorge: Phorge, site: SiteDatabase, web: str, chromium: Any, tmp_path: Path) -> None:
-    """The forms at 1280 px: nothing wider than the page."""
+def test_the_forms_fit_a_1280_px_window(
+    phorge: Phorge, site: SiteDatabase, web: str, chromium: Any, tmp_path: Path
+) -> None:
     hook = phorge.hook("http://127.0.0.1:9/x", name="Wide hook")
     failed(phorge, hook)
     page = sign_in(chromium, web, OPERATOR)
-    for path in (f"/hooks/{hook}/", f"/hooks/{hook}/requeue/"):
-        page.set_viewport_size({"width": 1280, "height": 900})
+    page.set_viewport_size({"width": 1280, "height": 900})
+    for path, shown in ((f"/hooks/{hook}/", "#operate"), (f"/hooks/{hook}/requeue/?since=1h", "#requeue-confirm")):
         page.goto(f"{web}{path}")
+        assert page.locator(shown).is_visible(), path
         page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
         assert page.evaluate("document.documentElement.scrollWidth") <= 1280, path
