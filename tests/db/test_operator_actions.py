@@ -286,7 +286,8 @@ def test_only_one_worker_carries_an_action_out_and_old_ones_expire_or_are_taken_
     assert [hold.hook_phid for hold in active_holds()] == [hook]
 
 
-def test_the_commands_write_the_same_rows_done_by_cli(phorge: Phorge) -> None:
+def test_the_commands_write_the_same_rows_done_by_cli(phorge: Phorge, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
     hook = phorge.hook("http://127.0.0.1:9/x", name="Builds")
     holds("--hook", hook, "--reason", "maintenance", "--by", "alice", "--no-wait")
     holds("--release", "--hook", hook)
@@ -304,6 +305,8 @@ def test_the_commands_write_the_same_rows_done_by_cli(phorge: Phorge) -> None:
     assert (requeued.kind, requeued.hook_phid, requeued.requeued) == ("requeue", hook, 1)
     assert requeued.outcome == "requeued 1 of 1 selected" and requeued.choices["errors"] == ["http/503"]
     assert phorge.row(wanted)["status"] == "queued"
+    events = ("hold.held", "hold.released", "requeue.requeued")
+    assert [len(with_event(caplog.records, event)) for event in events] == [1, 1, 1]
 
 
 def test_the_admin_lists_the_actions_read_only(phorge: Phorge, django_user_model: Any) -> None:

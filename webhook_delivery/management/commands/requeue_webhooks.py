@@ -102,7 +102,12 @@ class Command(BaseCommand):
             ) from None
         logger.warning(
             "failed requests put back in the queue",
-            extra={"requeued": len(applied.requeued), "changed_meanwhile": applied.changed, "hooks": len(plan.hooks)},
+            extra={
+                "event": "requeue.requeued",
+                "requeued": len(applied.requeued),
+                "changed_meanwhile": applied.changed,
+                "hooks": len(plan.hooks),
+            },
         )
         self._audit(options, plan, applied)
         self.stdout.write(f"Requeued {_plural(len(applied.requeued), 'request')}.")
