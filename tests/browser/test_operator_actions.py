@@ -209,5 +209,5 @@ def test_the_forms_fit_a_1280_px_window(
     for path, shown in ((f"/hooks/{hook}/", "#operate"), (f"/hooks/{hook}/requeue/?since=1h", "#requeue-confirm")):
         page.goto(f"{web}{path}")
         assert page.locator(shown).is_visible(), path
-        page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+        page.screenshot(path=str(tmp_path / f"{shown[1:]}.png"), full_page=True)
         assert page.evaluate("document.documentElement.scrollWidth") <= 1280, path
