@@ -196,6 +196,8 @@ def site(site_database: SiteDatabase) -> SiteDatabase:
         "delivery_alerts_hookloss",
         "delivery_status_workerheartbeat",
         "delivery_status_hookhold",
+        "delivery_status_operatoraction",
+        "delivery_status_requeuenotice",
     ):
         cursor.execute(f"DELETE FROM `{table}`")
     admin.close()

@@ -30,7 +30,7 @@ from webhook_delivery.phorge_auth import events
 from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig
 from webhook_delivery.phorge_auth.models import PhorgeAccount
 from webhook_delivery.phorge_auth.views import forget_probes
-from webhook_delivery.web.access import VIEW_PERMISSION
+from webhook_delivery.web.access import OPERATE_PERMISSION, VIEW_PERMISSION
 
 pytestmark = [PHORGE_DB, pytest.mark.browser]
 
@@ -157,6 +157,7 @@ def test_administrator_signs_in_and_sees_the_dashboard(
     user = get_user_model().objects.get(phorge_account__phid=alice.phid)
     assert user.username == "alice" and user.is_staff and not user.is_superuser and user.is_active
     assert user.has_perm(VIEW_PERMISSION) and user.has_perm("webhook_delivery.view_heraldwebhook")
+    assert user.has_perm(OPERATE_PERMISSION), "a Phorge administrator may hold, release and requeue (issue 40)"
     assert not user.has_usable_password()
     assert standin.token_requests == 1 and standin.whoami_requests == 1
     seen.goto("/admin/webhook_delivery/heraldwebhookrequest/")
@@ -279,7 +280,7 @@ def test_signed_in_administrator_loses_access_within_the_recheck_interval(
     assert "/admin/login/" in seen.page.url
     assert "Signed out" in seen.page.inner_text("body")
     user = get_user_model().objects.get(phorge_account__phid=alice.phid)
-    assert not user.is_staff and not user.has_perm(VIEW_PERMISSION)
+    assert not user.is_staff and not user.has_perm(VIEW_PERMISSION) and not user.has_perm(OPERATE_PERMISSION)
     assert PhorgeAccount.objects.get(phid=alice.phid).token_encrypted == ""
     (demoted,) = logged(logs, events.DEMOTED)
     assert_names(demoted, "alice", alice.phid)  # named even when Phorge only answers an error code

@@ -16,6 +16,10 @@ from webhook_delivery.models import HeraldWebhook, HeraldWebhookRequest
 # Routes that are not pages to look at: each with the reason.
 NOT_PAGES = {
     "admin:view_on_site": "a redirect to the object on another site",
+    # The operators' actions: forms' POSTs, a GET answers 405 (tests/db/test_operator_actions.py).
+    "webhook_delivery:hook_hold": "an action, POST only",
+    "webhook_delivery:hook_release": "an action, POST only",
+    "webhook_delivery:request_requeue": "an action, POST only",
 }
 API_ROUTES = ["stats", "hooks", "health", "no-such-route"]
 # Pages anyone may reach: the probes and metrics (keep them to the network that needs them), log in and out.
@@ -34,6 +38,7 @@ PUBLIC = {
 PHID_PAGES: dict[str, Any] = {
     "webhook_delivery:hook": HeraldWebhook,
     "webhook_delivery:request": HeraldWebhookRequest,
+    "webhook_delivery:hook_requeue": HeraldWebhook,  # a GET is the requeue's dry run; its POST, the requeue
 }
 MISSING_PHID = "PHID-XXXX-missingmissingmissing"
 

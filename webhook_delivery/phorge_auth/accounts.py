@@ -1,5 +1,6 @@
 """What a Phorge answer makes of the Django user: a Phorge administrator is staff with the view
-permissions (the dashboard's and the admin's), never a superuser; anyone else loses them."""
+permissions (the dashboard's and the admin's) and `operate webhooks` (hold, release and requeue from the
+pages), never a superuser; anyone else loses them."""
 
 from __future__ import annotations
 
@@ -16,10 +17,18 @@ from .models import PhorgeAccount
 from .phorge import WhoAmI, seal
 
 VIEW_APPS = ("webhook_delivery",)  # the dashboard's permission and the read-only admin's
+OPERATE = ("delivery_status", "operate_webhooks")  # web/access.OPERATE_PERMISSION
 
 
 def view_permissions() -> list[Permission]:
     return list(Permission.objects.filter(content_type__app_label__in=VIEW_APPS, codename__startswith="view_"))
+
+
+def operator_permissions() -> list[Permission]:
+    """What a Phorge administrator is given: the view permissions, and `operate webhooks`."""
+    app_label, codename = OPERATE
+    operate = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+    return view_permissions() + list(operate)
 
 
 USERNAME = re.compile(r"[\w.@+-]{1,150}", re.ASCII)  # Django's ASCII user-name rule, as Phorge names users
@@ -53,7 +62,7 @@ def admit(who: WhoAmI, token: str) -> Any:
     user.is_superuser = False
     user.set_unusable_password()  # only Phorge signs this account in
     user.save()
-    user.user_permissions.set(view_permissions())
+    user.user_permissions.set(operator_permissions())
     if account is None:
         account = PhorgeAccount(user=user, phid=who.phid)
     account.user_name = who.user_name

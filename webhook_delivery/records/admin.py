@@ -1,16 +1,20 @@
-"""Worker heartbeats and the attempt log, read-only: the worker writes both (and removes its own heartbeat
-on a clean exit, and prunes the log)."""
+"""Worker heartbeats, the attempt log and the operators' actions, read-only: the worker writes the first two
+(and removes its own heartbeat on a clean exit, and prunes the log); the pages and the commands ask for
+actions, the worker records what came of them."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.contrib import admin
+from django.http import HttpRequest
 from django.utils.html import format_html
 
 from ..admin import ReadOnlyAdmin, error_text
+from ..web.access import may_view
 from ..web.links import page_link
-from .models import DeliveryAttempt, WorkerHeartbeat
+from .models import DeliveryAttempt, OperatorAction, WorkerHeartbeat
 
 
 @admin.register(WorkerHeartbeat)
@@ -58,3 +62,48 @@ class DeliveryAttemptAdmin(ReadOnlyAdmin):
     @admin.display(description="duration")
     def duration(self, obj: DeliveryAttempt) -> str:
         return f"{round(obj.duration_ms)} ms"
+
+
+@admin.register(OperatorAction)
+class OperatorActionAdmin(ReadOnlyAdmin):
+    """Everyone who may see the dashboard sees its "Operator actions" here too."""
+
+    list_display = ["requested_at", "requested_by", "requested_from", "kind", "hook", "what", "state", "outcome"]
+    list_filter = ["kind", "state"]
+    search_fields = ["hook_phid__exact", "request_phid__exact", "requested_by__exact"]
+    search_help_text = "a hook or request PHID, or who asked"
+    sortable_by = ["requested_at"]
+    fields = readonly_fields = (
+        "kind",
+        "hook",
+        "request",
+        "what",
+        "reason",
+        "requested_by",
+        "requested_from",
+        "requested_at",
+        "state",
+        "taken_by",
+        "taken_at",
+        "done_at",
+        "requeued",
+        "outcome",
+    )
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return may_view(request.user)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return may_view(request.user)
+
+    @admin.display(description="hook", ordering="hook_phid")
+    def hook(self, obj: OperatorAction) -> str:
+        return page_link("hook", obj.hook_phid, obj.hook_phid, code=True) if obj.hook_phid else "every hook"
+
+    @admin.display(description="request")
+    def request(self, obj: OperatorAction) -> str:
+        return page_link("request", obj.request_phid, obj.request_phid, code=True) if obj.request_phid else "-"
+
+    @admin.display(description="what")
+    def what(self, obj: OperatorAction) -> str:
+        return obj.what

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.db import models
 
 
@@ -101,3 +103,67 @@ class HookHold(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hook_phid} held by {self.held_by}"
+
+
+class OperatorAction(models.Model):
+    """What an operator asked for: hold or release a hook, requeue failed requests (of a hook, or one).
+
+    The dashboard only writes these (never Phorge's tables): a worker, which holds the grant, takes a pending
+    one, carries it out and records what came of it. The commands (`hold_webhooks`, `requeue_webhooks`) do it
+    themselves and write the row done, by `cli`. Who, why and what came of it are untrusted text, checked
+    before they are stored (records/holds.py) and escaped where shown.
+    """
+
+    HOLD, RELEASE, REQUEUE = "hold", "release", "requeue"
+    PENDING, TAKEN, DONE, NOT_DONE, EXPIRED = "pending", "taken", "done", "not-done", "expired"
+    KINDS = [(HOLD, "hold"), (RELEASE, "release"), (REQUEUE, "requeue")]
+    STATES = [(PENDING, "pending"), (TAKEN, "taken"), (DONE, "done"), (NOT_DONE, "not done"), (EXPIRED, "expired")]
+
+    kind = models.CharField(max_length=16, choices=KINDS)
+    hook_phid = models.CharField(max_length=64, blank=True, verbose_name="hook PHID")  # blank: every hook (cli)
+    request_phid = models.CharField(max_length=64, blank=True, verbose_name="request PHID")
+    reason = models.CharField(max_length=200, blank=True)
+    choices = models.JSONField(default=dict)  # a requeue's selection: since, until, errors, request ids
+    requested_by = models.CharField(max_length=150)
+    requested_from = models.CharField(max_length=200, blank=True)  # the client's address; user@host for cli
+    requested_at = models.DateTimeField()
+    form_key = models.CharField(max_length=64, unique=True)  # one per form shown: a double submit is one action
+    state = models.CharField(max_length=16, choices=STATES, default=PENDING)
+    taken_by = models.CharField(max_length=200, blank=True, verbose_name="carried out by")  # a worker, or cli
+    taken_at = models.DateTimeField(null=True)
+    done_at = models.DateTimeField(null=True)
+    requeued = models.PositiveIntegerField(null=True)
+    outcome = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "requested_at"]),
+            models.Index(fields=["hook_phid", "requested_at"]),
+            models.Index(fields=["requested_by", "kind", "requested_at"]),
+        ]
+        permissions = [("operate_webhooks", "Can operate webhooks: hold, release and requeue from the dashboard")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.request_phid or self.hook_phid or 'every hook'} by {self.requested_by}"
+
+    @property
+    def pending(self) -> bool:
+        return self.state in (self.PENDING, self.TAKEN)
+
+    @property
+    def what(self) -> str:
+        """The action in words, with a requeue's choices: `requeue 3 requests shown, http/503, failed since
+        2026-12-03 09:00:00 UTC`."""
+        if self.kind != self.REQUEUE:
+            return self.kind
+        if self.request_phid:
+            return "requeue one request"
+        choices = self.choices if isinstance(self.choices, dict) else {}
+        ids = choices.get("ids")
+        parts = ["requeue" if ids is None else f"requeue {len(ids)} request{'' if len(ids) == 1 else 's'} shown"]
+        parts += [str(error) for error in choices.get("errors") or []]
+        for key, word in (("since", "failed since"), ("until", "until")):
+            if isinstance(choices.get(key), int) and choices[key]:
+                parts.append(f"{word} {datetime.fromtimestamp(choices[key], UTC):%Y-%m-%d %H:%M:%S} UTC")
+        return ", ".join(parts)

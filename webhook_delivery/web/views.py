@@ -1,7 +1,8 @@
 """Thin views: the staff dashboard, the hook and request pages, the probes and the web metrics. Every read
 is in selectors.py (Phorge's tables), phorge_status.py (Phorge's settings and PHP worker), object_names.py
-(the names of Phorge's objects), records/heartbeat.py (the heartbeats) or history.py (the attempt log);
-dashboard.py composes the dashboard."""
+(the names of Phorge's objects), records/heartbeat.py (the heartbeats), records/actions.py (the operators'
+actions) or history.py (the attempt log); dashboard.py composes the dashboard. The forms that act are in
+actions.py."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from ..reads import alert_state as alert_selectors
 from ..reads import herald as selectors
 from ..reads import object_names, phorge_status
 from ..reads.health import HookHealth
-from ..records import holds
+from ..records import actions, holds
 from ..records.heartbeat import WORKER_ALIVE_SEC
 from . import history, links
-from .access import view_required
+from .access import may_operate, view_required
 from .dashboard import dashboard as read_dashboard
 from .metrics import REGISTRY
 
@@ -61,6 +62,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "worker_alive_sec": WORKER_ALIVE_SEC,
         "request_retention_sec": REQUEST_RETENTION_SEC,
         **_operator_state(hooks=board.health.hooks),
+        **_actions(),
     }
     return render(request, "webhook_delivery/dashboard.html", context)
 
@@ -82,6 +84,24 @@ def _held(found: Iterable[holds.Hold], hooks: Iterable[HookHealth]) -> list[Held
         else HeldHook(hold, None, None)
         for hold in found
     ]
+
+
+def _actions(*, hook_phid: str | None = None, request_phid: str | None = None) -> dict[str, Any]:
+    """The operators' actions (of every hook, of one, about one request), and whether one is still to be
+    carried out (the page then reloads itself until it is). Left out when Django's database cannot be read."""
+    try:
+        found = actions.recent(hook_phid=hook_phid, request_phid=request_phid)
+    except DatabaseError as exc:
+        logger.warning("Django's database unavailable for operators' actions", extra={"error": type(exc).__name__})
+        return {}
+    return {"actions": found, "actions_pending": any(a.state in (actions.PENDING, actions.TAKEN) for a in found)}
+
+
+def _forms(request: HttpRequest) -> dict[str, Any]:
+    """Whether this user may act here, and a key for each form the page shows (a double submit is one action)."""
+    if not may_operate(request.user):
+        return {"may_operate": False}
+    return {"may_operate": True, "hold_key": actions.new_form_key(), "requeue_key": actions.new_form_key()}
 
 
 def _operator_state(hook_phid: str | None = None, *, hooks: Iterable[HookHealth] = ()) -> dict[str, Any]:
@@ -129,6 +149,8 @@ def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
         "phorge_uri": base,
         "retention": config,
         **_operator_state(phid, hooks=health.hooks),
+        **_actions(hook_phid=phid),
+        **_forms(request),
     }
     return render(request, "webhook_delivery/hook.html", context)
 
@@ -160,6 +182,8 @@ def request_page(request: HttpRequest, phid: str) -> HttpResponse:
         "phorge_uri": base,
         "retention": config,
         "request_retention_sec": REQUEST_RETENTION_SEC,
+        **_actions(request_phid=phid),
+        **_forms(request),
     }
     return render(request, "webhook_delivery/request.html", context)
 

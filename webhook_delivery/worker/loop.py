@@ -230,6 +230,7 @@ class Worker:
             held=held,
             period=HEARTBEAT_SEC,
             behind=lambda: self.counters.record("degraded.heartbeat_behind"),
+            actions=self.parts.actions,
         )
         limit_malloc_arenas()
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")

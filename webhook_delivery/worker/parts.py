@@ -25,9 +25,11 @@ from ..records.heartbeat import Heartbeat
 from ..records.holds import HeldHooks
 from ..records.notices import RequeueNotices
 from ..state import WorkerState
+from .actions import OperatorActions
 from .attempts import AttemptLog
 from .dispatcher import Dispatcher
 from .php_watch import PhpWatch
+from .requeue import Requeue
 from .sessions import LockSession, MasterPools, SessionPool, close_quietly, lock_alias
 from .source import QueueSource
 from .store import Store, WrittenOutcome
@@ -105,6 +107,12 @@ class Notices(Protocol):
     def take(self) -> Mapping[str, int]: ...
 
 
+class Actions(Protocol):
+    """The operators' pending actions (actions.OperatorActions): carried out, and whether any was."""
+
+    def carry_out(self) -> bool: ...
+
+
 @dataclass
 class Parts:
     """A worker's collaborators. `closing` holds what they opened: the worker closes it when it stops."""
@@ -122,6 +130,7 @@ class Parts:
     attempts: AttemptLog | None
     connections: int  # to Phorge's database, however many deliveries are in flight
     closing: ExitStack = field(default_factory=ExitStack)
+    actions: Actions | None = None  # the dashboard's holds, releases and requeues; None: not carried out here
 
 
 def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher: Dispatcher | None = None) -> Parts:
@@ -142,13 +151,15 @@ def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher
     closing.callback(locks.close)
     masters = Masters(partitions, pool.connection, others=other_masters.source)
     settings = PhorgeSettings(config, masters=masters)
+    objects = PhorgeObjects(config.namespace, masters=masters)
     heartbeat = Heartbeat()
+    pooled = Store(alias, pool=pool)
     attempts = AttemptLog(config, heartbeat.worker_id) if config.attempt_log else None
     if attempts is not None:
         closing.callback(attempts.close)  # first: its last records reach Django's database
     return Parts(
         reader=Store(alias),
-        store=Store(alias, pool=pool),
+        store=pooled,
         locks=locks,
         settings=settings,
         partitions=partitions,
@@ -157,7 +168,7 @@ def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher
             config,
             silent=settings.silent,
             blacklist=settings.blacklist,
-            objects=PhorgeObjects(config.namespace, masters=masters),
+            objects=objects,
         ),
         php=PhpWatch(PhpWorkerGuard(config.namespace, masters=masters), lambda: settings.current().delegation),
         heartbeat=heartbeat,
@@ -166,4 +177,7 @@ def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher
         attempts=attempts,
         connections=config.db_pool_size + 2,
         closing=closing,
+        actions=OperatorActions(
+            heartbeat.worker_id, pooled, lambda: Requeue(pooled, settings.current().retention.value, objects)
+        ),
     )

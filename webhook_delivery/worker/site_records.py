@@ -1,6 +1,7 @@
 """The main loop's one hand-off to Django's database: the heartbeat it writes, the holds and requeue notices it
-reads, all done by a thread of its own, so that neither the loop nor any delivery ever waits on that database
-(Phorge's queue does not depend on it, so delivery must not either).
+reads, the operators' pending actions it carries out (actions.py, looked for about once a second), all done
+by a thread of its own, so that neither the loop nor any delivery ever waits on that database (Phorge's
+queue does not depend on it, so delivery must not either).
 
 The loop hands each heartbeat over and goes on: one state waits at most (a newer one replaces it, and the
 beat it replaced is counted, `degraded.heartbeat_behind`, and said once while it lasts); it reads the holds
@@ -13,16 +14,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import connections
 
 from ..state import WorkerState
-from .parts import HeartbeatSink, Holds, Notices
+from .parts import Actions, HeartbeatSink, Holds, Notices
 
 logger = logging.getLogger(__name__)
 
 CLOSE_WAIT_SEC = 10.0  # at the stop, how long the last beat may take before the process goes without it
+ACTIONS_SEC = 1.0  # how often the operators' pending actions are looked for (one indexed read)
 
 
 class SiteRecords:
@@ -35,11 +38,14 @@ class SiteRecords:
         held: frozenset[str],
         period: float,
         behind: Callable[[], None] = lambda: None,
+        actions: Actions | None = None,
     ) -> None:
         self._heartbeat = heartbeat
         self._holds = holds
         self._notices = notices
+        self._actions = actions
         self._period = period
+        self._tick = period if actions is None else min(period, ACTIONS_SEC)
         self._behind = behind  # counts a beat replaced before it was written
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -100,12 +106,17 @@ class SiteRecords:
 
     def _run(self) -> None:
         try:
+            due = 0.0
             while not self._stop.is_set():
-                self._wake.wait(self._period)
+                woken = self._wake.wait(self._tick)
                 self._wake.clear()
                 if self._stop.is_set():
                     break
-                self._once()
+                # An action carried out changes the holds or leaves notices: read them at once.
+                acted = self._actions is not None and self._actions.carry_out()
+                if woken or acted or time.monotonic() >= due:
+                    due = time.monotonic() + self._period
+                    self._once()
             with self._lock:
                 last = self._last
             if last is not None:

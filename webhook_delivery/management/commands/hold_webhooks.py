@@ -3,7 +3,9 @@
 A held hook's requests stay `queued` in Phorge, untouched: no worker claims them, and after the release each
 goes out once. Running workers read the holds at each heartbeat (5 s); a hold returns once every running
 worker's heartbeat says it has read it (from then on none starts a call for the hook; one already under way
-finishes), or says which have not, after CONFIRM_SEC. Holds live in Django's own database (HookHold).
+finishes), or says which have not, after CONFIRM_SEC. Holds live in Django's own database (HookHold); each
+hold and release is also written down as an operator's action, done by `cli` (records/actions.py), beside
+those asked for from the dashboard.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from webhook_delivery.phorge.herald import utc
-from webhook_delivery.records import heartbeat, holds
+from webhook_delivery.records import actions, heartbeat, holds
 from webhook_delivery.terminal import printable
 from webhook_delivery.worker.store import Store
 
@@ -91,8 +93,12 @@ class Command(BaseCommand):
         hold, created = holds.hold(phid, reason=reason, held_by=held_by)
         name = printable(hook.name)  # Phorge's text
         if not created:
+            self._audit(
+                actions.HOLD, phid, f"already held ({name}) {self._describe(hold)}: nothing was changed", reason
+            )
             self.stdout.write(f"{phid} ({name}) is already held: {self._describe(hold)}. Nothing was changed.")
             return False
+        self._audit(actions.HOLD, phid, f"held ({name}) by {held_by}", reason)
         logger.warning("hook held", extra={"event": "hold.held", "hook": phid, "held_by": held_by})
         self.stdout.write(
             f"Held {phid} ({name}): workers claim none of its requests, which stay queued in Phorge, until "
@@ -130,12 +136,18 @@ class Command(BaseCommand):
     def _release(self, phid: str) -> None:
         released = holds.release(phid)
         if released is None:
+            self._audit(actions.RELEASE, phid, "not held: nothing was changed")
             raise CommandError(f"{phid} is not held: nothing was changed")
+        self._audit(actions.RELEASE, phid, f"released (held {self._describe(released)})")
         logger.warning("hook hold released", extra={"event": "hold.released", "hook": phid})
         self.stdout.write(
             f"Released {phid} (held {self._describe(released)}): running workers deliver its queued requests "
             "within seconds."
         )
+
+    @staticmethod
+    def _audit(kind: str, phid: str, outcome: str, reason: str = "") -> None:
+        actions.record(kind, requested_from=actions.cli_origin(), hook_phid=phid, outcome=outcome, reason=reason)
 
     def _list(self) -> None:
         active = holds.active_holds()

@@ -1,4 +1,6 @@
-"""`manage.py requeue_webhooks`: failed requests back to the queue, a thin command over requeue.Requeue."""
+"""`manage.py requeue_webhooks`: failed requests back to the queue, a thin command over requeue.Requeue. Each
+run that requeues (not a dry run) is written down as an operator's action of each hook, done by `cli`
+(records/actions.py), beside those asked for from the dashboard."""
 
 from __future__ import annotations
 
@@ -14,14 +16,16 @@ from webhook_delivery.phorge.config import PhorgeSettings
 from webhook_delivery.phorge.databases import Masters, MasterUnavailable, herald_connection
 from webhook_delivery.phorge.herald import utc
 from webhook_delivery.phorge.objects import PhorgeObjects
+from webhook_delivery.records import actions
 from webhook_delivery.records.notices import announce
+from webhook_delivery.requeue_rules import CAP_PER_ACTION, ErrorFilter, RequeueError, parse_when
 from webhook_delivery.terminal import printable
-from webhook_delivery.worker.requeue import ErrorFilter, Plan, Requeue, RequeueError, parse_when
+from webhook_delivery.worker.requeue import Applied, Plan, Requeue
 from webhook_delivery.worker.store import Store
 
 logger = logging.getLogger("webhook_delivery.worker.requeue")
 
-CONFIRM_ABOVE = 100
+CONFIRM_ABOVE = CAP_PER_ACTION  # the dashboard requeues at most this many in one action
 LISTED = 200
 
 
@@ -83,6 +87,8 @@ class Command(BaseCommand):
         count = len(plan.selected)
         if options["dry_run"] or not count:
             self.stdout.write(f"{'Would requeue' if count else 'Nothing to requeue:'} {self._summary(plan)}")
+            if not options["dry_run"]:
+                self._audit(options, plan, None)
             return
         self.stdout.write(f"Selected {self._summary(plan)}")
         if count > CONFIRM_ABOVE and not options["yes"]:
@@ -96,8 +102,14 @@ class Command(BaseCommand):
             ) from None
         logger.warning(
             "failed requests put back in the queue",
-            extra={"requeued": len(applied.requeued), "changed_meanwhile": applied.changed, "hooks": len(plan.hooks)},
+            extra={
+                "event": "requeue.requeued",
+                "requeued": len(applied.requeued),
+                "changed_meanwhile": applied.changed,
+                "hooks": len(plan.hooks),
+            },
         )
+        self._audit(options, plan, applied)
         self.stdout.write(f"Requeued {_plural(len(applied.requeued), 'request')}.")
         if applied.changed:
             self.stdout.write(f"{applied.changed} changed since they were read and were left as they are.")
@@ -106,6 +118,37 @@ class Command(BaseCommand):
                 "Running workers could not be told (Django's database): they find these requests at their next "
                 "sweep, within 10 minutes."
             )
+
+    def _audit(self, options: dict[str, Any], plan: Plan, applied: Applied | None) -> None:
+        """One done action per hook named (or per hook requeued; `every hook` when none was named or found)."""
+        requeued: dict[str, int] = {}
+        for candidate in [] if applied is None else applied.requeued:
+            requeued[candidate.row.webhook_phid] = requeued.get(candidate.row.webhook_phid, 0) + 1
+        selected: dict[str, int] = {}
+        for candidate in plan.selected:
+            selected[candidate.row.webhook_phid] = selected.get(candidate.row.webhook_phid, 0) + 1
+        phids = list(dict.fromkeys(options["hook"])) or sorted(selected) or [""]
+        choices = {
+            "since": plan.since or None,
+            "until": plan.until,
+            "errors": [str(ErrorFilter.parse(value)) for value in options["error"]],
+        }
+        left = "; ".join(f"left failed: {count} {reason}" for reason, count in sorted(plan.refused.items()))
+        try:
+            for phid in phids:
+                done = requeued.get(phid, 0) if phid else sum(requeued.values())
+                outcome = f"requeued {done} of {selected.get(phid, 0) if phid else len(plan.selected)} selected"
+                outcome += f"; {left}" if left else ""
+                actions.record(
+                    actions.REQUEUE,
+                    requested_from=actions.cli_origin(),
+                    hook_phid=phid,
+                    outcome=outcome,
+                    choices=choices,
+                    requeued=done,
+                )
+        except DatabaseError:
+            self.stdout.write("The requeue could not be written down in Django's database (DATABASE_URL).")
 
     def _list(self, plan: Plan) -> None:
         for candidate in plan.selected[:LISTED]:
