@@ -115,6 +115,29 @@ def test_every_plugin_of_the_installed_apprise_that_opens_its_own_sockets_is_ref
     assert apprise_channels.problem("deltachat://user:pass@mail.example.com") is not None
 
 
+def test_every_plugin_of_the_installed_apprise_sends_through_our_session_once_a_send_ran(receiver: Receiver) -> None:
+    """Apprise's plugins call `requests.post` (get, put, request) on their module's name `requests`: after a
+    send, that name is outbound.ROUTED in every plugin module that has it, and no plugin reaches requests
+    another way (a function imported by name, a session of its own), read from the installed Apprise."""
+    import sys
+
+    import apprise.plugins
+    import requests
+
+    from webhook_delivery import outbound
+
+    [target] = apprise_channels.targets((f"json://127.0.0.1:{receiver.port}/routed/ok",))
+    apprise_channels.send(target, AlertConfig(channel_timeout_sec=3), "s", "b")
+    modules = {name: module for name, module in sys.modules.items() if name.startswith("apprise.plugins")}
+    using = {name for name, module in modules.items() if hasattr(module, "requests")}
+    assert len(using) > 100, "Apprise's plugins are all loaded"
+    assert {name for name in using if modules[name].requests is not outbound.ROUTED} == set()
+    assert requests.post.__module__ == "requests.api", "requests itself is left as it is"
+    other_ways = re.compile(r"from\s+requests(\.api|\.sessions)?\s+import|requests\.Session\(")
+    plugins = Path(apprise.plugins.__file__).parent
+    assert [str(p) for p in plugins.rglob("*.py") if other_ways.search(p.read_text())] == []
+
+
 # -- real plugins, a real receiver ---------------------------------------------------------------------
 
 
