@@ -27,6 +27,7 @@ from webhook_delivery.alerts import apprise_channels, metrics
 from webhook_delivery.alerts.channels import ChannelError
 from webhook_delivery.alerts.config import AlertConfig, load_alert_config
 from webhook_delivery.alerts.models import AlertChannel
+from webhook_delivery.alerts.sending import channel_names
 from webhook_delivery.alerts.watcher import Watcher
 
 SLACK_TOKENS = ("T1JJ3T3L2", "A1BRTD4JD", "TIiajkdnlazkcOXrIdevi7")
@@ -60,15 +61,16 @@ def test_urls_are_split_on_blanks_and_commas_and_named_by_scheme_and_host_only()
     config, errors = load_alert_config({"GORGE_ALERT_URLS": raw})
     assert not errors
     assert config.apprise_urls[0] == "json://127.0.0.1:8080/p/SECRET1?x=a,b", "a comma inside a URL stays there"
-    assert [target.name for target in config.apprise_targets] == [
+    targets = apprise_channels.targets(config.apprise_urls)
+    assert [target.name for target in targets] == [
         "apprise:json://127.0.0.1#1",
         "apprise:mmost://mm.example.com#2",
         "apprise:slack#3",  # Slack's first token is where a host would be: not shown
         "apprise:ntfys://ntfy.example.com#4",
         "apprise:ntfys#5",  # a topic on ntfy.sh is a secret too (Apprise posts to it over https)
     ]
-    assert config.channels == tuple(target.name for target in config.apprise_targets)
-    shown = repr(config) + " ".join(config.channels)
+    assert channel_names(config) == tuple(target.name for target in targets)
+    shown = repr(config) + " ".join(channel_names(config))
     for secret in ("SECRET1", MATTERMOST_TOKEN, *SLACK_TOKENS, "private-topic", "another-secret-topic"):
         assert secret not in shown
 
@@ -127,7 +129,7 @@ def test_every_plugin_of_the_installed_apprise_sends_through_our_session_once_a_
     from webhook_delivery import outbound
 
     [target] = apprise_channels.targets((f"json://127.0.0.1:{receiver.port}/routed/ok",))
-    apprise_channels.send(target, AlertConfig(channel_timeout_sec=3), "s", "b")
+    apprise_channels.send(target, 3, "s", "b")
     modules = {name: module for name, module in sys.modules.items() if name.startswith("apprise.plugins")}
     using = {name for name, module in modules.items() if hasattr(module, "requests")}
     assert len(using) > 100, "Apprise's plugins are all loaded"
@@ -248,21 +250,19 @@ def _target(port: int) -> apprise_channels.AppriseTarget:
 
 
 def test_a_trickling_receiver_behind_json_costs_one_channel_timeout() -> None:
-    config = AlertConfig(channel_timeout_sec=1.5)
     with RawServer(trickling_http) as server:
         started = time.monotonic()
         with pytest.raises(ChannelError, match=r"^no complete answer within 1\.5 s$"):
-            apprise_channels.send(_target(server.port), config, "s", "b")
+            apprise_channels.send(_target(server.port), 1.5, "s", "b")
         assert time.monotonic() - started < 4
 
 
 def test_an_endless_answer_behind_json_is_cut_off_and_read_only_so_far() -> None:
-    config = AlertConfig(channel_timeout_sec=1.5)
     apprise_channels.targets(("json://127.0.0.1/warm-up",))  # Apprise's plugins loaded before measuring
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with RawServer(endless_http) as server:
         started = time.monotonic()
-        apprise_channels.send(_target(server.port), config, "s", "b")  # 200: accepted, the rest not read
+        apprise_channels.send(_target(server.port), 1.5, "s", "b")  # 200: accepted, the rest not read
         assert time.monotonic() - started < 4
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mb < 50, f"the answer was kept in memory: +{grown_mb:.0f} MB"

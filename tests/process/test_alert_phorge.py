@@ -113,7 +113,7 @@ def test_phorge_settings_are_checked_and_the_token_never_repeated() -> None:
     good, errors = load_alert_config(
         {"GORGE_ALERT_PHORGE_TOKEN": "api-" + "a" * 28, "GORGE_ALERT_PHORGE_URL": "http://127.0.0.1:9/"}
     )
-    assert not errors and good.channels == ("phorge",) and good.phorge_url == "http://127.0.0.1:9"
+    assert not errors and sending.channel_names(good) == ("phorge",) and good.phorge_url == "http://127.0.0.1:9"
 
 
 def test_the_standin_decodes_the_encodings_conduit_accepts_and_answers_as_conduit(conduit: ConduitStandin) -> None:

@@ -62,7 +62,7 @@ def test_a_redirect_to_another_origin_is_a_failed_send_and_never_followed(status
     with Counting(200, lambda: "") as elsewhere, Counting(status, lambda: f"{elsewhere.url}/x") as server:
         [target] = apprise_channels.targets((f"json://127.0.0.1:{server.server.port}/SECRET/alerts",))
         with pytest.raises(ChannelError) as failed:
-            apprise_channels.send(target, AlertConfig(channel_timeout_sec=3), "subject", "body")
+            apprise_channels.send(target, 3, "subject", "body")
         assert str(failed.value) == f"HTTP {status}: a redirect, not followed"
         assert not failed.value.refused, "retried with backoff, not given up"
         assert server.lines == ["POST /SECRET/alerts HTTP/1.1"], "one request, as made"
@@ -75,7 +75,7 @@ def test_a_redirect_loop_is_one_request() -> None:
         holder.append(server)
         [target] = apprise_channels.targets((f"json://127.0.0.1:{server.server.port}/loop",))
         with pytest.raises(ChannelError, match=r"^HTTP 302: a redirect, not followed$"):
-            apprise_channels.send(target, AlertConfig(channel_timeout_sec=3), "subject", "body")
+            apprise_channels.send(target, 3, "subject", "body")
         assert len(server.lines) == 1
 
 

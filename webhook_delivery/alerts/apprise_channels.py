@@ -34,7 +34,6 @@ import requests
 from .. import outbound
 from . import markup
 from .channels import ChannelError
-from .config import AlertConfig
 
 ANSWER_BYTES = 64 * 1024
 # Apprise plugin modules that open sockets of their own (read from Apprise 2.3.0's plugins: these import
@@ -145,8 +144,10 @@ def _service_scheme(plugin: Any, url: str) -> str:
     return scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 32 else _scheme(url)
 
 
+@functools.lru_cache(maxsize=8)
 def targets(urls: tuple[str, ...]) -> tuple[AppriseTarget, ...]:
-    """The usable URLs of GORGE_ALERT_URLS, named."""
+    """The usable URLs of GORGE_ALERT_URLS, named (Apprise is loaded on first use, by the watcher only); the
+    others are left out (the system check and the watcher say which)."""
     found = []
     for position, url in enumerate(urls, 1):
         plugin = _plugin(url)
@@ -169,9 +170,8 @@ def problems(urls: tuple[str, ...]) -> list[str]:
     ]
 
 
-def send(target: AppriseTarget, config: AlertConfig, subject: str, body: str) -> None:
-    """One message through Apprise, bounded in total by the channel timeout; raises ChannelError."""
-    timeout = config.channel_timeout_sec
+def send(target: AppriseTarget, timeout: float, subject: str, body: str) -> None:
+    """One message through Apprise, bounded in total by `timeout` (the channel timeout); raises ChannelError."""
     apprise = _apprise()
     plugin = _plugin(target.url)
     if plugin is None:

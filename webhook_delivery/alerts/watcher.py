@@ -86,7 +86,7 @@ class Watcher:
         """Pass after pass until stop_event is set; a failed pass is logged and the next one runs."""
         logger.info(
             "alert watcher started",
-            extra={"channels": ",".join(self.config.channels) or "none", "interval_sec": self.config.interval_sec},
+            extra={"channels": ",".join(self.channels.names) or "none", "interval_sec": self.config.interval_sec},
         )
         failing = False
         while not stop_event.is_set():
@@ -162,7 +162,7 @@ class Watcher:
 
     def _notify(self, key: str, kind: str, episode: int, transition: str, said: Message) -> None:
         now = datetime.now(UTC)
-        for channel in self.config.channels:
+        for channel in self.channels.names:
             if channel == PHORGE_CHANNEL and transition == "event":
                 continue  # a loss is an event, with no start or end: e-mail and chat tell it, no task
             try:
