@@ -86,25 +86,34 @@ class Watcher:
         """Pass after pass until stop_event is set; a failed pass is logged and the next one runs."""
         logger.info(
             "alert watcher started",
-            extra={"channels": ",".join(self.channels.names) or "none", "interval_sec": self.config.interval_sec},
+            extra={
+                "event": "watcher.started",
+                "channels": ",".join(self.channels.names) or "none",
+                "interval_sec": self.config.interval_sec,
+            },
         )
         failing = False
         while not stop_event.is_set():
             try:
                 self.tick()
                 if failing:
-                    logger.info("alert watcher: Django's database answers again")
+                    logger.info(
+                        "alert watcher: Django's database answers again", extra={"event": "watcher.database_back"}
+                    )
                 failing = False
             except DatabaseError as exc:
                 if not failing:
-                    logger.error("alert watcher: Django's database unavailable", extra={"error": type(exc).__name__})
+                    logger.error(
+                        "alert watcher: Django's database unavailable",
+                        extra={"event": "watcher.database_lost", "error": type(exc).__name__},
+                    )
                 failing = True
             except Exception:
-                logger.exception("alert watcher: pass failed")
+                logger.exception("alert watcher: pass failed", extra={"event": "watcher.pass_failed"})
             finally:
                 self._close_connections()
             stop_event.wait(self.config.interval_sec)
-        logger.info("alert watcher stopped")
+        logger.info("alert watcher stopped", extra={"event": "watcher.stopped"})
 
     @staticmethod
     def _close_connections() -> None:
