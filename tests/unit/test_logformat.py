@@ -4,6 +4,7 @@ which operators filter on and the tests match: read from the source of every mod
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 from tests.support import ROOT
@@ -82,3 +83,16 @@ def test_the_check_sees_calls_with_and_without_a_key(tmp_path: Path) -> None:
     )
     assert log_calls(probe) == [(1, False), (2, False), (3, False), (4, True), (5, True), (6, True)]
     assert events.event("x.y")["event"] == "x.y" and events.about("x.y", "user", None)["event"] == "x.y"
+
+
+def test_json_log_lines_carry_no_raw_control_or_format_character() -> None:
+    import logging
+
+    from webhook_delivery.logformat import JsonFormatter
+
+    hostile = "a\x7f\x85\u2028\u202ez\x1b[2J"
+    record = logging.LogRecord("webhook_delivery.x", logging.INFO, __file__, 1, hostile, None, None)
+    record.hook = hostile
+    line = JsonFormatter().format(record)
+    assert line.isascii() and line.isprintable()
+    assert json.loads(line)["message"] == hostile and json.loads(line)["hook"] == hostile

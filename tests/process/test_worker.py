@@ -1,21 +1,27 @@
-"""Real processes: several workers, kill -9, SIGTERM, a PHP-style lock holder. Nothing lost, no duplicates."""
+"""Real worker processes: several workers, kill -9, SIGTERM, a PHP-style lock holder, a name server that never
+answers. Nothing lost, no duplicates, no hook starved."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
 
-from tests.support.helpers import PHORGE_DB, Phorge, as_request_row, mysql_admin, with_event
+from tests.support import ROOT
+from tests.support.helpers import PHORGE_DB, Phorge, as_request_row, mysql_admin, with_event, worker_env
 from tests.support.processes import WorkerProcess, count_status, seed
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
@@ -200,3 +206,67 @@ def test_a_php_style_lock_holder_keeps_its_hook_waiting_while_others_proceed(
         worker.signal(signal.SIGTERM)
         assert worker.wait(20) == 0
         php.close()
+
+
+class SilentNameServer:
+    """A UDP name server on 127.0.0.1:53 that reads every query and never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 53))
+        self.sock.settimeout(0.2)
+        self.queries = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._swallow, daemon=True)
+
+    def _swallow(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sock.recv(4096)
+            except TimeoutError:
+                continue
+            self.queries += 1
+
+    def __enter__(self) -> SilentNameServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)  # the port is free again only once no thread is inside recv()
+        self.sock.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
+def test_a_name_server_that_never_answers_starves_no_other_hook(phorge: Phorge, tmp_path: Path) -> None:
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions timeout:4 attempts:1\n")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost healthy.test\n")
+    with Receiver() as receiver, SilentNameServer() as dns:
+        hung = [phorge.request(phorge.hook(f"http://hang{i}.example.test:{receiver.port}/dns/ok")) for i in range(12)]
+        healthy = phorge.request(phorge.hook(f"http://healthy.test:{receiver.port}/healthy/ok"))
+        env = worker_env(GORGE_WEBHOOK_DELIVERY_TIMEOUT="1.5", GORGE_WEBHOOK_CLAIM_LEASE_SEC="10")
+        script = (
+            f"mount --bind {resolv} /etc/resolv.conf && mount --bind {hosts} /etc/hosts && "
+            f"exec {sys.executable} manage.py deliver_webhooks --once"
+        )
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert dns.queries > 0  # the hung names really went to the silent server
+    assert phorge.row(healthy)["status"] == "sent"
+    assert [r.path for r in receiver.requests] == ["/healthy/ok"]
+    for phid in hung:
+        row = phorge.row(phid)
+        assert (row["status"], row["lastRequestResult"]) == ("failed", "fail")
+        assert row["properties"].endswith(',"errorType":"timeout","errorCode":28}')

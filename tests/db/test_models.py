@@ -1,7 +1,4 @@
-"""The models match Phorge's real tables; migrations never touch Phorge; bad configuration stops start-up.
-
-Here: what runs on Django's test databases; the rest is in tests/unit/test_schema_config.py,
-tests/process/test_schema_config.py."""
+"""models.py: the models match Phorge's real tables column for column, and no ORM write reaches them."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""A partitioned Phorge the service is not configured for (issue 22): never a silent hook/object.
-
-The unit tests parse `cluster.databases` as Phorge does. The database tests write the map into
-`<ns>_meta_data.hoststate` as `bin/storage partition` does, with herald on one master and maniphest, user,
-config, worker and repository on another (nothing connects there), beside empty copies of their tables.
-
-Here: what runs on Django's test databases; the rest is in tests/unit/test_partitioned.py,
-tests/process/test_partitioned.py."""
+"""A partitioned Phorge the service is not configured for (issue 22, phorge/cluster.py and phorge/databases.py):
+never a silent hook/object. The map is written into `<ns>_meta_data.hoststate` as `bin/storage partition`
+does, with herald on one master and maniphest, user, config, worker and repository on another (nothing
+connects there), beside empty copies of their tables. Parsing the map: tests/unit/test_cluster.py; two real
+servers: tests/process/test_cluster.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The models match Phorge's real tables; migrations never touch Phorge; bad configuration stops start-up.
-
-Here: what needs no database and no server process; the rest is in tests/db/test_schema_config.py,
-tests/process/test_schema_config.py."""
+"""config.py: the GORGE_WEBHOOK_* settings, their defaults, forms and ranges, each bad value one error naming
+its variable (what `check` and the worker then do with them: tests/process/test_checks.py)."""
 
 from __future__ import annotations
 
@@ -68,3 +66,17 @@ def test_numbers_in_range_are_taken_as_written() -> None:
     loaded = load_config({"GORGE_WEBHOOK_DELIVERY_TIMEOUT": "2.5", "GORGE_WEBHOOK_POLL_INTERVAL_MS": "+10"})
     assert not loaded.errors
     assert (loaded.delivery.delivery_timeout, loaded.delivery.poll_interval_ms) == (2.5, 10)
+
+
+def test_a_bad_delivery_id_setting_is_one_config_error_naming_the_variable() -> None:
+    from webhook_delivery.config import load_config
+
+    base = {"GORGE_WEBHOOK_DATABASE_URL": "mysql://u@127.0.0.1/phorge_herald"}
+    assert load_config(base).delivery.delivery_id_hooks.off
+    assert load_config({**base, "GORGE_WEBHOOK_DELIVERY_ID_HOOKS": "*"}).delivery.delivery_id_hooks.all_hooks
+    loaded = load_config({**base, "GORGE_WEBHOOK_DELIVERY_ID_HOOKS": "PHID-HWBH-ok,nope"})
+    assert [str(error) for error in loaded.errors] == [
+        "GORGE_WEBHOOK_DELIVERY_ID_HOOKS: expected * (every hook) or a comma-separated list of hook PHIDs "
+        "(PHID-HWBH-...), got 'nope'"
+    ]
+    assert loaded.delivery.delivery_id_hooks.off

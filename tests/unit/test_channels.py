@@ -1,8 +1,6 @@
-"""Alerts against hostile text and hostile servers (the second security review, items 3, 4, 5 and 13): Phorge's
-text cannot mention, link or forge a line in any channel; a chat or SMTP server that trickles or answers
-without end costs one channel timeout and a bounded read; one note never blocks the others.
-
-Here: what needs no database and no server process; the rest is in tests/db/test_alert_hardening.py."""
+"""alerts/channels.py, database-free: a chat or SMTP server that trickles or answers without end costs one
+channel timeout and a bounded read; a subject that is not ASCII is folded as one header (the rest:
+tests/db/test_channels.py, tests/process/test_channels.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ import pytest
 from tests.support.alert_channels import channel_config, configure_email
 from tests.support.rawserver import RawServer, endless_http, trickling_http
 from webhook_delivery.alerts.channels import ChannelError, send_chat, send_email
-from webhook_delivery.alerts.config import AlertConfig, load_alert_config
 
 
 def trickling_smtp(sock: socket.socket) -> None:
@@ -53,27 +50,6 @@ def test_a_trickling_smtp_server_costs_one_channel_timeout(settings: Any) -> Non
         with pytest.raises(ChannelError, match=r"no complete exchange within 1\.5 s"):
             send_email(channel_config(), "s", "b")
         assert time.monotonic() - started < 4
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "GORGE_ALERT_CHANNEL_TIMEOUT_SEC",
-        "GORGE_ALERT_GC_HOURS",
-        "GORGE_ALERT_INTERVAL_SEC",
-        "GORGE_ALERT_FAILING_MINUTES",
-        "GORGE_ALERT_WORKER_DEAD_SEC",
-        "GORGE_ALERT_PHP_HOLD_SEC",
-    ],
-)
-@pytest.mark.parametrize(
-    "value", ["1e300", "inf", "nan", "0", "-5", "1e-300", "0.5", "\u0661\u0665", "1_0", "\uff11\uff15", " 1e1"]
-)
-def test_alert_numbers_beyond_their_range_are_refused_at_start(name: str, value: str) -> None:
-    loaded, errors = load_alert_config({name: value})
-    assert [error.variable for error in errors] == [name]
-    assert "expected a number from 1 to " in str(errors[0]) and repr(value.strip()) in str(errors[0])
-    assert loaded == AlertConfig()
 
 
 def test_a_non_ascii_subject_is_folded_without_an_empty_first_line(smtp: Any, settings: Any) -> None:

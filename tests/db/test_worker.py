@@ -1,4 +1,5 @@
-"""The claim protocol and the delivery loop against real MariaDB and a real receiver."""
+"""The worker (webhook_delivery/worker/) against real MariaDB and a real receiver: the claim protocol and the
+delivery loop, bad rows (nothing lost, nothing sent twice, no traceback), every call under the hook's lock."""
 
 from __future__ import annotations
 
@@ -12,14 +13,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.conf import settings as django_settings
+from django.db import OperationalError, connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.helpers import PHORGE_DB, Phorge, with_event
+from tests.support.helpers import PHORGE_DB, Phorge, mysql_admin, with_event
 from tests.support.receiver import Receiver
 from webhook_delivery.phorge.herald import Dialect, RequestRow, backoff_until, counts_toward_breaker, is_due, next_due
+from webhook_delivery.phorge.locks import webhook_lock_name
+from webhook_delivery.worker.dispatcher import Dispatcher
+from webhook_delivery.worker.job import Job
 from webhook_delivery.worker.loop import Worker, build_worker
+from webhook_delivery.worker.parts import build_parts
 from webhook_delivery.worker.store import Store
 
 pytestmark = PHORGE_DB
@@ -311,3 +317,181 @@ def test_breaker_entry_and_exit_are_logged_once_each(
         assert transitions[:2] == ["breaker.entered", "breaker.left"]
         assert all(a != b for a, b in itertools.pairwise(transitions))
         assert len(receiver.requests) >= 3  # delivery resumed after the window
+
+
+UNICODE_DIGIT_KEYS = {
+    "superscript two": '{"retry":"forever","transactionPHIDs":{"\\u00b2":"PHID-XACT-TASK-aaaaaaaaaaaaaaa"}}',
+    "arabic-indic three": '{"retry":"never","transactionPHIDs":{"1":"PHID-XACT-TASK-a","\\u0663":"PHID-XACT-TASK-b"}}',
+}
+
+
+@PHORGE_DB
+@pytest.mark.parametrize("name", sorted(UNICODE_DIGIT_KEYS))
+def test_a_unicode_digit_transaction_key_is_unsendable_without_a_traceback(
+    phorge: Any, receiver: Any, delivery_config: Any, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    import dataclasses
+    import logging
+
+    from webhook_delivery.worker.loop import build_worker
+
+    caplog.set_level(logging.DEBUG)
+    properties = UNICODE_DIGIT_KEYS[name]
+    hook = phorge.hook(receiver.url("/unicode-keys/ok"))
+    phid = phorge.request(hook, properties=properties)
+    build_worker(dataclasses.replace(delivery_config, retry_backoff_sec=0), once=True).run()
+    row = phorge.row(phid)
+    assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
+    assert row["properties"] == properties  # byte for byte as stored
+    assert receiver.requests == []  # settled before any call
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    assert not with_event(caplog.records, "job.unexpected_error", "delivery.unexpected_error")
+    reasons = [str(r.__dict__.get("reason", "")) + r.getMessage() for r in caplog.records]
+    assert any("not a transaction ID" in reason for reason in reasons), reasons
+
+
+def no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
+    offenders = [r.getMessage() for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert offenders == []
+
+
+DEEP = 600
+
+
+CORPUS: dict[str, str] = {
+    "number beyond a double": '{"retry":"never","x":1e400,"triggerPHIDs":[]}',
+    "negative beyond a double": '{"retry":"forever","x":-1e999}',
+    "nested deeper than we encode": '{"retry":"forever","deep":' + "[" * DEEP + "]" * DEEP + "}",
+    "nested deeper than we decode": '{"retry":"never","deep":' + "[" * 5000 + "]" * 5000 + "}",
+    "not JSON": '{"retry":"forever",',
+    "a JSON string": '"retry"',
+    "a JSON number": "1",
+    "JSON null": "null",
+    "an empty list": "[]",
+    "NUL in a PHID": '{"retry":"never","triggerPHIDs":["PHID-USER-\\u0000x"]}',
+    "lone surrogate": '{"retry":"never","triggerPHIDs":["PHID-USER-\\ud800"]}',
+    "huge string": '{"retry":"never","triggerPHIDs":["' + "a" * 300_000 + '"]}',
+    "retry a number": '{"retry":1}',
+    "retry a list": '{"retry":["forever"]}',
+    "transactions a string": '{"retry":"never","transactionPHIDs":"PHID-XACT-TASK-aaaaaaaaaaaaaaa"}',
+    "transactions numbers": '{"retry":"never","transactionPHIDs":[1,2.5,null]}',
+    "transactions objects": '{"retry":"never","transactionPHIDs":[{"a":1},[2]]}',
+    "transactions map of lists": '{"retry":"never","transactionPHIDs":{"1":[1],"2":{"x":"y"}}}',
+    "triggers a string": '{"retry":"never","triggerPHIDs":"PHID-USER-aaaaaaaaaaaaaaaaaaaa"}',
+    "triggers mixed": '{"retry":"never","triggerPHIDs":[1,null,true,[],{"a":"b"},1.5]}',
+    "flags of every type": '{"retry":"never","silent":"yes","secure":[1],"test":{"a":1}}',
+    "flags numbers": '{"retry":"never","silent":1.5,"secure":0,"test":null}',
+    "old error of odd types": '{"retry":"never","errorType":[],"errorCode":{"x":1}}',
+    "keys of a list": '["forever",{"a":1}]',
+}
+
+
+class FlakyStore:
+    """The worker's store, whose first result write fails as a dropped connection would."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.failed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def write_outcome(self, *args: Any, **kwargs: Any) -> int | None:
+        if not self.failed:
+            self.failed = True
+            raise OperationalError(2013, "Lost connection to server during query")
+        return self.store.write_outcome(*args, **kwargs)
+
+
+def test_no_row_of_the_bad_row_corpus_is_sent_twice_loops_or_logs_a_traceback(
+    phorge: Phorge, delivery_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook_delivery")
+    with Receiver() as receiver:
+        hook = phorge.hook(receiver.url("/bad/ok"))
+        rows = {name: phorge.request(hook, properties=text) for name, text in CORPUS.items()}
+        odd_object = phorge.request(hook, object_phid=b"PHID-TASK-\xff\xfe\x00x")  # type: ignore[arg-type]
+        config = dataclasses.replace(delivery_config, retry_backoff_sec=0, claim_lease_sec=8)
+        for _ in range(2):  # a second run finds nothing left to do
+            build_worker(config, once=True).run()
+        sent_bodies = [r.body for r in receiver.requests]
+        assert len(sent_bodies) == len({r.body for r in receiver.requests})  # nothing POSTed twice
+        for name, phid in [*rows.items(), ("odd object", odd_object)]:
+            row = phorge.row(phid)
+            assert row["status"] in ("sent", "failed"), (name, row["status"], row["lastRequestResult"])
+            if row["status"] == "failed":
+                assert (row["lastRequestResult"], row["lastRequestEpoch"]) == ("none", 0), name
+        poisoned = ["number beyond a double", "negative beyond a double", "not JSON", "a JSON string", "JSON null"]
+        for name in poisoned:
+            row = phorge.row(rows[name])
+            assert row["properties"] == CORPUS[name], name  # left byte for byte as it was
+        assert len(receiver.requests) <= len(CORPUS) + 1
+    no_tracebacks(caplog)
+
+
+def test_a_row_sent_but_not_writable_is_never_sent_again(phorge: Phorge, delivery_config: Any) -> None:
+    with Receiver() as receiver:
+        hook = phorge.hook(receiver.url("/inf/ok"))
+        phid = phorge.request(hook, properties='{"retry":"forever","x":1e400}')
+        config = dataclasses.replace(delivery_config, claim_lease_sec=1, retry_backoff_sec=0)
+        for _ in range(3):
+            build_worker(config, once=True).run()
+        assert receiver.requests == []  # refused before any POST, as the column cannot take the result
+        row = phorge.row(phid)
+        assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
+
+
+def test_every_post_of_a_job_happens_under_the_hook_lock_across_a_failed_write(
+    phorge: Phorge, delivery_config: Any
+) -> None:
+    namespace = django_settings.GORGE_WEBHOOK.namespace
+    watcher = mysql_admin()
+    holders: list[Any] = []
+
+    def check_lock(received: Any) -> None:
+        cursor = watcher.cursor()
+        cursor.execute("SELECT IS_USED_LOCK(%s)", (webhook_lock_name(namespace, hook),))
+        holders.append(cursor.fetchone()[0])
+
+    with Receiver(on_receive=check_lock) as receiver:
+        hook = phorge.hook(receiver.url("/locked/ok"))
+        phids = [phorge.request(hook) for _ in range(4)]
+        parts = build_parts(delivery_config, dispatcher=Dispatcher(delivery_config))
+        parts.store = FlakyStore(parts.store)
+        worker = Worker(delivery_config, parts)
+        try:
+            result = worker.runner.run(Job(hook, worker.reader.hooks()[hook], [phorge.snapshot(p) for p in phids]))
+        finally:
+            parts.closing.close()
+            watcher.close()
+    assert len(receiver.requests) == 4 and not result.database_error
+    assert all(holder is not None for holder in holders) and len(set(holders)) == 1
+    assert all(phorge.row(p)["status"] == "sent" for p in phids)
+
+
+@pytest.mark.slow
+def test_a_slow_silent_mode_read_delays_the_claim_not_the_attempt(
+    phorge: Phorge, delivery_config: Any, app_databases: Any
+) -> None:
+    """Silent mode is settled before a row is claimed, and the attempt's deadline runs from the claim: a
+    config read that hangs longer than the whole timeout costs no request its attempt."""
+    app_databases.create(["config"])
+    app_databases.config("phabricator.silent", "false")
+    locker = mysql_admin()
+    cursor = locker.cursor()
+    cursor.execute(f"LOCK TABLES {app_databases.table('config', 'config_entry')} WRITE")
+    unlock = threading.Timer(4.0, cursor.execute, args=("UNLOCK TABLES",))
+    with Receiver() as receiver:
+        phid = phorge.request(phorge.hook(receiver.url("/late/ok")), retry="never")
+        config = dataclasses.replace(delivery_config, delivery_timeout=2.0, claim_lease_sec=8, silent=None)
+        started = time.monotonic()
+        unlock.start()
+        try:
+            build_worker(config, once=True).run()
+        finally:
+            unlock.join()
+            locker.close()
+        assert time.monotonic() - started >= 4.0  # the read waited for the lock
+        assert len(receiver.requests) == 1
+    row = phorge.row(phid)
+    assert (row["status"], row["lastRequestResult"]) == ("sent", "okay")

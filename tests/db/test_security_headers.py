@@ -1,5 +1,5 @@
-"""Every response carries a Content-Security-Policy, and a login whose next= is refused lands on the
-dashboard, not on a 404."""
+"""gorge_site/security_headers.py: every response carries a Content-Security-Policy; a login whose next= is
+refused lands on the dashboard, and staff without the view permission see no page and no JSON."""
 
 from __future__ import annotations
 

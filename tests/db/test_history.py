@@ -1,5 +1,6 @@
-"""The pages tell the whole truth: this service's attempts are named as such, Phorge's PHP worker's
-results are attributed to it, and nothing a retry overwrote in Phorge's row disappears from the chart."""
+"""web/history.py: the hook and request pages, the chart and the per-hook latency of the JSON health, over the
+attempt log, and the whole truth of them: this service's attempts named as such, Phorge's PHP worker's
+results attributed to it, nothing a retry overwrote in Phorge's row gone from the chart."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import re
 import socket
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,12 +21,125 @@ from tests.support.receiver import Receiver
 from tests.support.ui_helpers import explain, full_scans, logged_attempt, properties
 from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.heartbeat import Heartbeat
-from webhook_delivery.records.models import DeliveryAttempt, WorkerHeartbeat
+from webhook_delivery.records.models import BreakerEvent, DeliveryAttempt, WorkerHeartbeat
 from webhook_delivery.templatetags.webhook_dashboard import error_label
 from webhook_delivery.web import history
+from webhook_delivery.web.history import Latency, latency
 from webhook_delivery.worker.loop import build_worker
 
 pytestmark = PHORGE_DB
+TOKEN = "pages-test-t0ken"
+
+
+def test_percentiles_are_nearest_rank_over_the_histogram() -> None:
+    assert latency({}) == Latency(0)
+    assert latency(dict.fromkeys(range(1, 101), 1)) == Latency(100, 50, 95, 99)
+    assert latency({7: 1}) == Latency(1, 7, 7, 7)
+    assert latency({10: 98, 2000: 2}) == Latency(100, 10, 10, 2000)
+
+
+def seed_attempts(hook: str, request: str) -> None:
+    """The last hour: 1..100 ms, 90 answered 200 and 10 answered 503; two hours ago: 1001..1100 ms, all
+    200; and three requests refused without a call."""
+    now = datetime.now(UTC)
+
+    def attempt(ms: float, age: timedelta, result: str = "okay", code: str = "200", **extra: Any) -> DeliveryAttempt:
+        fields: dict[str, Any] = {
+            "request_phid": request,
+            "hook_phid": hook,
+            "object_phid": "PHID-TASK-aaaaaaaaaaaaaaaaaaaa",
+            "started_at": now - age,
+            "duration_ms": ms,
+            "status": "sent" if result == "okay" else "failed",
+            "result": result,
+            "error_type": "http",
+            "error_code": code,
+            "http_status": int(code) if code.isdigit() else None,
+            "response_bytes": 2,
+            "worker_id": "host:1:abc",
+        }
+        fields.update(extra)
+        return DeliveryAttempt(**fields)
+
+    rows = [attempt(ms, timedelta(minutes=30)) for ms in range(1, 91)]
+    rows += [attempt(ms, timedelta(minutes=20), "fail", "503") for ms in range(91, 101)]
+    rows += [attempt(ms + 0.4, timedelta(hours=2)) for ms in range(1001, 1101)]
+    rows += [
+        attempt(0.5, timedelta(minutes=5), "none", "uri", error_type="hook", http_status=None, response_bytes=None)
+        for _ in range(3)
+    ]
+    DeliveryAttempt.objects.bulk_create(rows)
+    BreakerEvent.objects.create(
+        hook_phid=hook, entered_at=now - timedelta(minutes=20), until=now - timedelta(minutes=15), worker_id="w"
+    )
+
+
+def test_hook_page_shows_success_latency_outcomes_and_the_breaker(admin_client: Any, phorge: Phorge) -> None:
+    hook = phorge.hook("http://127.0.0.1:9/x", name="Figures hook")
+    request = phorge.request(hook)
+    seed_attempts(hook, request)
+
+    html = admin_client.get(f"/hooks/{hook}/").content.decode()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    assert "Figures hook" in text
+    # The last hour: 90 of 100 attempts; 1..100 ms. The day adds 100 at 1001..1100 ms.
+    assert "90.0 % 90 of 100 attempts · 3 settled without a call" in text
+    assert "p50 50 ms · p95 95 ms · p99 99 ms" in text
+    assert "95.0 % 190 of 200 attempts" in text
+    assert "p50 100 ms · p95 1090 ms · p99 1098 ms" in text
+    assert (
+        "HTTP 200 (success) okay 190" in text
+        and "HTTP 503 fail 10" in text
+        and "Hook error: Invalid URI none 3" in text
+    )
+    assert html.count('data-result="') == 50  # the 50 most recent attempts
+    assert "203 attempts on record" in text
+    assert len(re.findall(r'<table id="breaker">.*?</table>', html, re.S)[0].split("<tr>")) == 3  # head + 1 row
+
+
+def test_json_health_gives_each_hook_its_latency_over_the_last_hour(client: Any, phorge: Phorge, settings: Any) -> None:
+    settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, service_token=TOKEN)
+    hook = phorge.hook("http://127.0.0.1:9/x")
+    quiet = phorge.hook("http://127.0.0.1:9/y")
+    seed_attempts(hook, phorge.request(hook))
+    body = client.get("/api/webhook/health", headers={"X-Service-Token": TOKEN}).json()
+    by_phid = {entry["phid"]: entry["latency_ms"] for entry in body["data"]["hooks"]}
+    assert by_phid[hook] == {"window_sec": 3600, "attempts": 100, "p50": 50, "p95": 95, "p99": 99}
+    assert by_phid[quiet] == {"window_sec": 3600, "attempts": 0, "p50": None, "p95": None, "p99": None}
+
+
+def test_request_page_shows_the_row_and_each_attempt_in_order(admin_client: Any, phorge: Phorge) -> None:
+    hook = phorge.hook("http://127.0.0.1:9/x", name="Timeline hook")
+    request = phorge.request(hook, status="failed", lastRequestResult="fail", lastRequestEpoch=phorge.now())
+    seed_attempts(hook, request)
+    html = admin_client.get(f"/requests/{request}/").content.decode()
+    timeline = re.findall(r'<li class="gw-(\w+)" data-result', html)
+    assert len(timeline) == 200  # a timeline shows at most 200 attempts, the oldest first
+    assert timeline[0] == "okay"
+    assert "Timeline hook" in html and f"/hooks/{hook}/" in html
+    assert re.search(r"<dt>status</dt><dd>failed</dd>", html)
+
+
+def test_pages_for_rows_phorge_no_longer_holds(admin_client: Any, phorge: Phorge) -> None:
+    hook = phorge.hook("http://127.0.0.1:9/x")
+    seed_attempts("PHID-HWBH-gonegonegonegonegone", "PHID-HWBR-gonegonegonegonegone")
+    gone_request = admin_client.get("/requests/PHID-HWBR-gonegonegonegonegone/")
+    assert gone_request.status_code == 200 and "Phorge no longer holds this request" in gone_request.content.decode()
+    gone_hook = admin_client.get("/hooks/PHID-HWBH-gonegonegonegonegone/")
+    assert gone_hook.status_code == 200 and "Hook no longer in Phorge" in gone_hook.content.decode()
+    assert admin_client.get("/requests/PHID-HWBR-neverneverneverneverx/").status_code == 404
+    assert admin_client.get(f"/hooks/{hook}/").status_code == 200  # a hook with no attempt yet
+    for bad in ["/hooks/not-a-phid/", "/hooks/PHID-HWBH-a%27%3B--/", "/requests/PHID-/", "/hooks/PHID-HWBH-x/y/"]:
+        assert admin_client.get(bad).status_code == 404, bad
+
+
+@pytest.mark.parametrize(
+    "path", ["/hooks/PHID-HWBH-aaaaaaaaaaaaaaaaaaaa/", "/requests/PHID-HWBR-aaaaaaaaaaaaaaaaaaaa/"]
+)
+def test_pages_refuse_anything_but_reading(admin_client: Any, phorge: Phorge, path: str) -> None:
+    assert admin_client.post(path).status_code == 405
+
+
 NOT_RECORDED = "attempts by Phorge's PHP worker are not recorded"
 
 
@@ -38,7 +153,8 @@ def writer(html: str) -> str:
     return found.group(1)
 
 
-# -- 1. the chart draws this service's attempts, each retry included ------------------------------------------
+def _due_queries(captured: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in captured.captured_queries if "DISTINCT objectPHID FROM" in q["sql"]]
 
 
 @pytest.mark.slow
@@ -145,9 +261,6 @@ def test_the_chart_reads_one_grouped_window_of_the_attempt_log(phorge: Phorge) -
             assert "Using index" in str(plans[0]["Extra"]), plans  # covered: no attempt row is read
 
 
-# -- 2. whose attempts the hook and request pages show --------------------------------------------------------
-
-
 def test_a_result_no_attempt_of_ours_explains_is_shown_as_phorges_php_workers(staff: Any, phorge: Phorge) -> None:
     hook = phorge.hook("http://127.0.0.1:9/mixed", name="Mixed history")
     now = phorge.now()
@@ -212,13 +325,6 @@ def test_without_the_attempt_log_the_page_does_not_guess(staff: Any, phorge: Pho
     assert "The attempt log is off" in staff.get("/").content.decode()
 
 
-# -- 3. "Due now" names what is left to Phorge's PHP worker --------------------------------------------------
-
-
-def _due_queries(captured: CaptureQueriesContext) -> list[str]:
-    return [q["sql"] for q in captured.captured_queries if "DISTINCT objectPHID FROM" in q["sql"]]
-
-
 def test_due_now_says_how_many_are_left_to_phorges_php_worker(
     staff: Any, phorge: Phorge, worker_db: AppDatabases
 ) -> None:
@@ -252,9 +358,6 @@ def test_due_now_says_how_many_are_left_to_phorges_php_worker(
     worker_db.truncate("worker", "worker_activetask")
     phorge_status._php_guard.cache_clear()
     assert "left to Phorge's PHP worker" not in staff.get("/").content.decode()
-
-
-# -- 4. smaller truths ---------------------------------------------------------------------------------------
 
 
 def test_worker_ids_are_readable_unique_and_fit_the_column(

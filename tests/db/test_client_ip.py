@@ -1,5 +1,5 @@
-"""Login is throttled per username and client address (django-axes), and the client address behind a proxy
-is the one the proxy saw, not what the client wrote into X-Forwarded-For."""
+"""gorge_site/client_ip.py: login is throttled per username and client address (django-axes), and the client
+address behind a proxy is the one the proxy saw, not what the client wrote into X-Forwarded-For."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rows nobody expected never turn a page into a 500, and pages never decode more than they show."""
+"""web/views.py: rows nobody expected never turn a page into a 500, and pages never decode more than they show."""
 
 from __future__ import annotations
 

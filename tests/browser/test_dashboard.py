@@ -1,4 +1,5 @@
-"""The dashboard in a real headless browser (Debian's chromium), logged in through the admin form."""
+"""The dashboard (web/dashboard.py) in a real headless browser (Debian's chromium), logged in through the
+admin form."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A golden replay by a real `deliver_webhooks` process whose MariaDB user holds only the documented grants."""
+"""grants.py for real: a golden replay by a `deliver_webhooks` process whose MariaDB user holds only the
+documented grants."""
 
 from __future__ import annotations
 

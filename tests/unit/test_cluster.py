@@ -1,11 +1,5 @@
-"""A partitioned Phorge the service is not configured for (issue 22): never a silent hook/object.
-
-The unit tests parse `cluster.databases` as Phorge does. The database tests write the map into
-`<ns>_meta_data.hoststate` as `bin/storage partition` does, with herald on one master and maniphest, user,
-config, worker and repository on another (nothing connects there), beside empty copies of their tables.
-
-Here: what needs no database and no server process; the rest is in tests/db/test_partitioned.py,
-tests/process/test_partitioned.py."""
+"""phorge/cluster.py: Phorge's `cluster.databases` parsed as Phorge parses it, for a partitioned Phorge (issue
+22); the database tests: tests/db/test_cluster.py, and on two real servers tests/process/test_cluster.py."""
 
 from __future__ import annotations
 

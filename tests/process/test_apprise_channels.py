@@ -2,7 +2,12 @@
 json:// and form:// (Apprise's generic ones), Mattermost's (mmost://127.0.0.1:<port>/<token> reaches a local
 host as it is) and Slack's (whose plugin posts only to hooks.slack.com, its class attribute `webhook_url`:
 pointed at the receiver). Each URL is a channel of its own: told once, failures logged once and counted per
-channel, bounded in total time and answer size, named by scheme and host, never by its secret parts."""
+channel, bounded in total time and answer size, named by scheme and host, never by its secret parts.
+
+No redirect is followed (issue 39, finding 5): against a local server answering 301 to 308 to another origin,
+and a redirect loop, a 3xx is a failed send: one request, nothing to the other origin, logged once, retried
+with backoff (before, a 307 re-posted the alert to the other origin, a 302 turned it into a GET that counted
+as sent, and a loop made 31 POSTs per pass)."""
 
 from __future__ import annotations
 
@@ -18,15 +23,23 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from tests.support.alert_channels import HOSTILE, Smtp, _free_port, alert_config, configure_email, hostile_hook
+from tests.support.alert_channels import (
+    HOSTILE,
+    Smtp,
+    _free_port,
+    alert_config,
+    configure_email,
+    failing_hook,
+    hostile_hook,
+)
 from tests.support.helpers import PHORGE_DB, Phorge, worker_env
 from tests.support.processes import SiteDatabase, manage
-from tests.support.rawserver import RawServer, endless_http, trickling_http
+from tests.support.rawserver import Counting, RawServer, endless_http, trickling_http
 from tests.support.receiver import Receiver
 from webhook_delivery.alerts import apprise_channels, metrics
 from webhook_delivery.alerts.channels import ChannelError
 from webhook_delivery.alerts.config import AlertConfig, load_alert_config
-from webhook_delivery.alerts.models import AlertChannel
+from webhook_delivery.alerts.models import AlertChannel, AlertNotification
 from webhook_delivery.alerts.sending import channel_names
 from webhook_delivery.alerts.watcher import Watcher
 
@@ -324,3 +337,53 @@ def test_watch_test_sends_to_each_url_and_names_each_that_fails_by_scheme_and_ho
     assert "apprise:json://localhost#2: FAILED (ConnectionError)" in output
     assert "SECRET9" not in output and str(closed) not in output
     assert len(received(receiver, "/works/")) == 1
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_to_another_origin_is_a_failed_send_and_never_followed(status: int) -> None:
+    with Counting(200, lambda: "") as elsewhere, Counting(status, lambda: f"{elsewhere.url}/x") as server:
+        [target] = apprise_channels.targets((f"json://127.0.0.1:{server.server.port}/SECRET/alerts",))
+        with pytest.raises(ChannelError) as failed:
+            apprise_channels.send(target, 3, "subject", "body")
+        assert str(failed.value) == f"HTTP {status}: a redirect, not followed"
+        assert not failed.value.refused, "retried with backoff, not given up"
+        assert server.lines == ["POST /SECRET/alerts HTTP/1.1"], "one request, as made"
+        assert elsewhere.lines == [], "nothing reached the other origin"
+
+
+def test_a_redirect_loop_is_one_request() -> None:
+    holder: list[Counting] = []
+    with Counting(302, lambda: f"{holder[0].url}/again") as server:
+        holder.append(server)
+        [target] = apprise_channels.targets((f"json://127.0.0.1:{server.server.port}/loop",))
+        with pytest.raises(ChannelError, match=r"^HTTP 302: a redirect, not followed$"):
+            apprise_channels.send(target, 3, "subject", "body")
+        assert len(server.lines) == 1
+
+
+@PHORGE_DB
+def test_a_redirecting_channel_is_logged_once_and_retried_with_backoff(
+    phorge: Phorge, receiver: Receiver, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    failing_hook(phorge, receiver, "redirected-alerts")
+    delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
+    with Counting(200, lambda: "") as elsewhere, Counting(302, lambda: f"{elsewhere.url}/x") as server:
+        config = dataclasses.replace(
+            alert_config(None, None), apprise_urls=(f"json://127.0.0.1:{server.server.port}/SECRET/alerts",)
+        )
+        watcher = Watcher(config, delivery)
+        channel = "apprise:json://127.0.0.1#1"
+        assert watcher.tick().failed == {channel: "HTTP 302: a redirect, not followed"}
+        state = AlertChannel.objects.get(name=channel)
+        assert state.retry_at is not None and state.failures == 1
+        watcher.tick()
+        assert len(server.lines) == 1, "backing off: not tried again at once"
+        AlertChannel.objects.update(retry_at=None)
+        assert watcher.tick().failed == {channel: "HTTP 302: a redirect, not followed"}
+        assert AlertChannel.objects.get(name=channel).failures == 2
+        assert len(server.lines) == 2 and elsewhere.lines == []
+    assert AlertNotification.objects.filter(channel=channel, sent_at__isnull=True).count() == 1, "still to send"
+    failing = [r for r in caplog.records if getattr(r, "event", "") == "alert.channel_failing"]
+    assert [getattr(r, "channel", "") for r in failing] == [channel], "logged once"
+    assert "SECRET" not in caplog.text
