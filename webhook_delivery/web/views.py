@@ -95,7 +95,10 @@ def _actions(*, hook_phid: str | None = None, request_phid: str | None = None) -
     try:
         found = actions.recent(hook_phid=hook_phid, request_phid=request_phid)
     except DatabaseError as exc:
-        logger.warning("Django's database unavailable for operators' actions", extra={"error": type(exc).__name__})
+        logger.warning(
+            "Django's database unavailable for operators' actions",
+            extra={"event": "page.site_unavailable", "error": type(exc).__name__},
+        )
         return {}
     return {"actions": found, "actions_pending": any(a.state in (actions.PENDING, actions.TAKEN) for a in found)}
 

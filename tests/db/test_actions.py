@@ -1,6 +1,6 @@
 """Hold, release and requeue from the pages (issue 40): who may act, what a form writes (one pending row in
 Django's database, nothing of Phorge's), the dry run, what a worker makes of each action, the commands' rows,
-the admin's list. What runs real processes and Chromium is in tests/browser/test_operator_actions.py."""
+the admin's list. What runs real processes and Chromium is in tests/browser/test_actions.py."""
 
 from __future__ import annotations
 
