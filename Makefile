@@ -8,7 +8,7 @@ help:
 	@echo "make test   lint, then the whole test suite against MariaDB (PYTEST_ARGS=..., GORGE_TEST_DB=...)"
 	@echo "make lint   ruff, ruff format --check, mypy, makemigrations --check, manage.py check"
 	@echo "make check  the quick lane while editing: tests without lint, browser or slow tests (MariaDB)"
-	@echo "make unit   the database-free lane, seconds: tests that need no database, no MariaDB needed"
+	@echo "make unit   the database-free lane, about a minute: tests that need no database, no MariaDB needed"
 	@echo "make bench  delivery throughput, latency, 1M-row history and memory figures (BENCH_ARGS=--quick)"
 	@echo "            (BASE=REV: the same figures of commit REV and this tree side by side, and their ratios)"
 	@echo "make image-test  build the image with podman and run web, worker and demo from it for real"

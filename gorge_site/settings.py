@@ -122,6 +122,10 @@ def _database(url: str, variable: str) -> dict[str, object]:
         options.setdefault("read_timeout", 60)
         options.setdefault("write_timeout", 60)
         options.setdefault("isolation_level", "read committed")
+        # mysqlclient lets every connection run several statements sent as one unless told not to: no
+        # connection of Django's needs that, so none takes a second statement after a `;`. Only the
+        # worker's session pool turns it on, on the connections it keeps for itself (worker/sessions.py).
+        options["multi_statements"] = False
         config["OPTIONS"] = options
     elif config.get("ENGINE") == "django.db.backends.sqlite3":
         options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make unit: tests/unit, the lane that needs no database server and no promtool: seconds, no MariaDB started.
+# make unit: tests/unit, the lane that needs no database server and no promtool: about a minute, no MariaDB
+# started.
 # The suite's test server is a closed port here, so a test that reaches a database errors instead of passing
 # (and tests/support/lanes.py refuses one in tests/unit that asks for a database). Random order (the seed is
 # printed; PYTEST_ARGS="-p no:randomly" for file order, "-p randomly --randomly-seed=N" to repeat one); it

@@ -6,13 +6,21 @@ runs under a Watchdog that shuts its sockets down once the call's time is up: a 
 fails at once. Answers are read in chunks up to a size, and a bigger one is cut off and said to be too large.
 Errors carry no URL (a chat webhook URL is a secret; a token may ride in one): only their kind.
 
-`post` and `get` are our own calls. `bounded_requests` bounds the calls of code that is not ours (Apprise's
-plugins call `requests.post` themselves): while it runs, every request of that thread, through whatever
-`requests.Session`, goes through one watched adapter that reads each answer itself, up to its size.
+The limits live on sessions and clients of our own, as Zulip's OutgoingSession keeps them: `OutgoingSession`
+is a requests.Session with its own adapter mounted (its connections' sockets watched, each answer read by it
+up to the size, a redirect never followed, its own timeouts whatever a caller asks), `WatchedSMTP` an SMTP
+client whose sockets the Watchdog sees. Nothing of requests, urllib3 or smtplib is replaced or reached
+into: only their public methods are overridden, in classes of ours (tests/unit/test_outbound.py checks).
+
+`post` and `get` are our own calls. `bounded_requests` bounds the calls of code that is not ours: Apprise's
+plugins call `requests.post` themselves, on the name `requests` of their own modules; alerts/apprise_channels.py
+binds that name to `ROUTED`, which hands a call made inside a `bounded_requests` block to the block's
+OutgoingSession and any other to requests itself.
 """
 
 from __future__ import annotations
 
+import io
 import smtplib
 import socket
 import threading
@@ -22,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import requests
-from requests.adapters import BaseAdapter, HTTPAdapter
+from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
@@ -48,7 +56,8 @@ class Watchdog:
         if sock is None:
             return
         with self._lock:
-            self._sockets.append(sock)
+            if not any(sock is watched for watched in self._sockets):
+                self._sockets.append(sock)
             fired = self.fired
         if fired:
             _shut(sock)
@@ -134,81 +143,6 @@ class Answer:
     too_large: bool  # the answer went on beyond it: cut off
 
 
-def post(
-    url: str,
-    *,
-    timeout: float,
-    max_bytes: int,
-    data: Mapping[str, str] | None = None,
-    json: Any = None,
-    headers: Mapping[str, str] | None = None,
-) -> Answer:
-    """POST, connect to the last byte read within `timeout` seconds in all, at most `max_bytes` of the answer
-    kept (a longer one is cut off: `too_large`). Redirects are not followed. Raises OutboundError."""
-    return _call("POST", url, timeout=timeout, max_bytes=max_bytes, data=data, json=json, headers=headers)
-
-
-def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] | None = None) -> Answer:
-    """GET, bounded as post() is."""
-    return _call("GET", url, timeout=timeout, max_bytes=max_bytes, headers=headers)
-
-
-def _call(
-    method: str,
-    url: str,
-    *,
-    timeout: float,
-    max_bytes: int,
-    data: Mapping[str, str] | None = None,
-    json: Any = None,
-    headers: Mapping[str, str] | None = None,
-) -> Answer:
-    with requests.Session() as session, watched(timeout) as watchdog:
-        session.mount("http://", _WatchedAdapter())
-        session.mount("https://", _WatchedAdapter())
-        try:
-            response = session.request(
-                method,
-                url,
-                data=data,
-                json=json,
-                headers={"Accept-Encoding": "identity", **(headers or {})},  # read as sent: nothing to inflate
-                timeout=(timeout, timeout),
-                allow_redirects=False,
-                stream=True,
-            )
-            try:
-                watch_socket(_response_socket(response))
-                body, too_large = _read(response, max_bytes)
-            finally:
-                response.close()
-        except (requests.RequestException, OSError) as exc:
-            if watchdog.fired:
-                raise OutboundError(f"no complete answer within {timeout:g} s") from None
-            raise OutboundError(type(exc).__name__) from None
-        if watchdog.fired:
-            raise OutboundError(f"no complete answer within {timeout:g} s")
-        return Answer(response.status_code, body, too_large)
-
-
-def _response_socket(response: requests.Response) -> socket.socket | None:
-    # A connection from before this call (none: each call has its own session) would not be watched yet.
-    connection = getattr(response.raw, "_connection", None)
-    return getattr(connection, "sock", None)
-
-
-def _read(response: requests.Response, max_bytes: int) -> tuple[bytes, bool]:
-    kept = bytearray()
-    for chunk in response.raw.stream(CHUNK, decode_content=False):
-        kept += chunk
-        if len(kept) > max_bytes:
-            return bytes(kept[:max_bytes]), True
-    return bytes(kept), False
-
-
-# -- the calls of code that is not ours ----------------------------------------------------------------
-
-
 @dataclass
 class BoundedCall:
     """What the requests of one `bounded_requests` block met: their statuses, the kind of each error, and
@@ -221,7 +155,6 @@ class BoundedCall:
     errors: list[str] = field(default_factory=list)
     too_large: bool = False
     redirected: int | None = None  # the status of a redirect answered (never followed)
-    adapter: _BoundedAdapter | None = None
 
     @property
     def fired(self) -> bool:
@@ -230,11 +163,11 @@ class BoundedCall:
 
 class _BoundedAdapter(_WatchedAdapter):
     """Sends as requests' own adapter does, with its sockets watched, then reads the answer itself, at most
-    `max_bytes` of it (kept as the response's content: the caller never reads the socket), within the
-    call's time. The caller's timeouts give way to the call's: a URL cannot ask for longer. A redirect is
-    never followed, whatever the caller asks: its Location is taken off, so requests' session sees an
-    answer of its own (a 307 would re-post the message to another origin, a 302 turn it into a GET that
-    counts as sent, a loop post it again and again)."""
+    `max_bytes` of it (what the response then holds: the caller never reads the socket), within the call's
+    time. The caller's timeouts give way to the call's: a URL cannot ask for longer. A redirect is never
+    followed, whatever the caller asks: its Location is taken off, so requests' session sees an answer of
+    its own (a 307 would re-post the message to another origin, a 302 turn it into a GET that counts as
+    sent, a loop post it again and again)."""
 
     def __init__(self, call: BoundedCall) -> None:
         super().__init__(max_retries=0)  # no second retry layer under the channel's own
@@ -264,7 +197,6 @@ class _BoundedAdapter(_WatchedAdapter):
             call.errors.append(type(exc).__name__)
             raise
         try:
-            watch_socket(_response_socket(response))
             body, too_large = _read(response, call.max_bytes)
         except Exception as exc:  # noqa: BLE001 - urllib3's read errors, told to the caller as requests' own
             call.errors.append(type(exc).__name__)
@@ -276,61 +208,150 @@ class _BoundedAdapter(_WatchedAdapter):
         if 300 <= response.status_code < 400:
             call.redirected = response.status_code
             response.headers.pop("Location", None)
-        response._content = body  # what requests' own reading would have kept, but bounded
-        response._content_consumed = True  # type: ignore[attr-defined]
+        response.raw = io.BytesIO(body)  # what requests' own reading then takes as the whole answer
         return response
 
 
-_bounded = threading.local()  # the BoundedCall of the block this thread runs
-_install_lock = threading.Lock()
-_installed = False
+def _read(response: requests.Response, max_bytes: int) -> tuple[bytes, bool]:
+    kept = bytearray()
+    for chunk in response.raw.stream(CHUNK, decode_content=False):
+        kept += chunk
+        if len(kept) > max_bytes:
+            return bytes(kept[:max_bytes]), True
+    return bytes(kept), False
 
 
-def _install() -> None:
-    """Route requests' sessions through the bounded adapter of the calling thread's block, if it has one
-    (every other thread, and this one outside the block, get requests' own adapters, untouched)."""
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        plain = requests.Session.get_adapter
+class OutgoingSession(requests.Session):
+    """A requests session of ours, bounded as one call (`call`): the bounded adapter mounted for http:// and
+    https://, so every request it sends, and every answer, keeps to the call's time and size."""
 
-        def get_adapter(session: requests.Session, url: str) -> BaseAdapter:
-            call: BoundedCall | None = getattr(_bounded, "call", None)
-            if call is not None and call.adapter is not None and url.lower().startswith(("http://", "https://")):
-                return call.adapter
-            return plain(session, url)
+    def __init__(self, call: BoundedCall) -> None:
+        super().__init__()
+        self.call = call
+        adapter = _BoundedAdapter(call)
+        self.mount("http://", adapter)
+        self.mount("https://", adapter)
 
-        requests.Session.get_adapter = get_adapter  # type: ignore[method-assign,assignment]
-        _installed = True
+
+_bounded = threading.local()  # the session of the `bounded_requests` block this thread runs
 
 
 @contextmanager
 def bounded_requests(seconds: float, max_bytes: int) -> Iterator[BoundedCall]:
-    """Every HTTP(S) request this thread makes meanwhile, through any requests.Session (requests.post
-    included), bounded together: connect to the last byte of the last answer within `seconds` in all (the
-    Watchdog shuts every socket opened in the block once they are up, and a socket opened after that at
-    once), each answer read up to `max_bytes`, no redirect followed (`redirected`). DNS look-ups and a
-    caller's own sleeps are not sockets: they are not cut short."""
-    _install()
+    """A call of `seconds` in all: requests through the block's session (`session()`, and every call
+    through `ROUTED` this thread makes meanwhile) connect to the last byte of the last answer within
+    `seconds` (the Watchdog shuts every socket opened in the block once they are up, and a socket opened
+    after that at once), each answer read up to `max_bytes`, no redirect followed (`redirected`). DNS
+    look-ups and a caller's own sleeps are not sockets: they are not cut short."""
     with watched(seconds) as watchdog:
         call = BoundedCall(seconds, max_bytes, watchdog)
-        call.adapter = _BoundedAdapter(call)
-        _bounded.call = call
+        session = OutgoingSession(call)
+        _bounded.session = session
         try:
             yield call
         finally:
-            _bounded.call = None
-            call.adapter.close()
+            _bounded.session = None
+            session.close()
+
+
+def session() -> OutgoingSession:
+    """The session of the `bounded_requests` block this thread runs."""
+    current: OutgoingSession | None = getattr(_bounded, "session", None)
+    if current is None:
+        raise RuntimeError("outside a bounded_requests block")
+    return current
+
+
+class RoutedRequests:
+    """The `requests` module as code that is not ours calls it (`requests.post(...)`): inside a
+    `bounded_requests` block, through that block's OutgoingSession; elsewhere, requests itself. Everything
+    else (`requests.codes`, `requests.RequestException`, ...) is requests' own."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(requests, name)
+
+    def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        current: OutgoingSession | None = getattr(_bounded, "session", None)
+        if current is None:
+            return requests.request(method, url, **kwargs)  # noqa: S113 - the caller's own call, as it made it
+        return current.request(method, url, **kwargs)
+
+    def get(self, url: str, params: Any = None, **kwargs: Any) -> requests.Response:
+        return self.request("GET", url, params=params, **kwargs)
+
+    def options(self, url: str, **kwargs: Any) -> requests.Response:
+        return self.request("OPTIONS", url, **kwargs)
+
+    def head(self, url: str, **kwargs: Any) -> requests.Response:
+        kwargs.setdefault("allow_redirects", False)
+        return self.request("HEAD", url, **kwargs)
+
+    def post(self, url: str, data: Any = None, json: Any = None, **kwargs: Any) -> requests.Response:
+        return self.request("POST", url, data=data, json=json, **kwargs)
+
+    def put(self, url: str, data: Any = None, **kwargs: Any) -> requests.Response:
+        return self.request("PUT", url, data=data, **kwargs)
+
+    def patch(self, url: str, data: Any = None, **kwargs: Any) -> requests.Response:
+        return self.request("PATCH", url, data=data, **kwargs)
+
+    def delete(self, url: str, **kwargs: Any) -> requests.Response:
+        return self.request("DELETE", url, **kwargs)
+
+
+ROUTED = RoutedRequests()
+
+
+def post(
+    url: str,
+    *,
+    timeout: float,
+    max_bytes: int,
+    data: Mapping[str, str] | None = None,
+    json: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Answer:
+    """POST, connect to the last byte read within `timeout` seconds in all, at most `max_bytes` of the answer
+    kept (a longer one is cut off: `too_large`). Redirects are not followed. Raises OutboundError."""
+    return _call("POST", url, timeout=timeout, max_bytes=max_bytes, data=data, json=json, headers=headers)
+
+
+def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] | None = None) -> Answer:
+    """GET, bounded as post() is."""
+    return _call("GET", url, timeout=timeout, max_bytes=max_bytes, headers=headers)
+
+
+def _call(
+    method: str,
+    url: str,
+    *,
+    timeout: float,
+    max_bytes: int,
+    data: Mapping[str, str] | None = None,
+    json: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Answer:
+    with bounded_requests(timeout, max_bytes) as call:
+        try:
+            response = session().request(
+                method, url, data=data, json=json, headers=dict(headers or {}), allow_redirects=False
+            )
+        except (requests.RequestException, OSError) as exc:
+            if call.fired:
+                raise OutboundError(f"no complete answer within {timeout:g} s") from None
+            raise OutboundError(type(exc).__name__) from None
+        if call.fired:
+            raise OutboundError(f"no complete answer within {timeout:g} s")
+        return Answer(response.status_code, response.content, call.too_large)
 
 
 class WatchedSMTP(smtplib.SMTP):
-    """smtplib's client whose socket (and the TLS one after STARTTLS) the current call's Watchdog shuts."""
+    """smtplib's client whose sockets (the TLS one after STARTTLS too) the current call's Watchdog shuts:
+    each is handed over before the first reply is read from it, the server's greeting included."""
 
-    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
-        sock = super()._get_socket(host, port, timeout)  # type: ignore[misc]
-        watch_socket(sock)
-        return sock  # type: ignore[no-any-return]
+    def getreply(self) -> tuple[int, bytes]:
+        watch_socket(self.sock)
+        return super().getreply()
 
     def starttls(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         reply = super().starttls(*args, **kwargs)
@@ -339,7 +360,6 @@ class WatchedSMTP(smtplib.SMTP):
 
 
 class WatchedSMTPSSL(smtplib.SMTP_SSL):
-    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
-        sock = super()._get_socket(host, port, timeout)  # type: ignore[misc]
-        watch_socket(sock)
-        return sock  # type: ignore[no-any-return]
+    def getreply(self) -> tuple[int, bytes]:
+        watch_socket(self.sock)
+        return super().getreply()

@@ -6,6 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 
 from tests.support.helpers import PHORGE_DB, Phorge
 from tests.support.ui_helpers import properties
@@ -122,3 +124,58 @@ def test_bad_input_gets_a_page_not_a_traceback(admin_client: Any, rows: dict[str
     response = admin_client.get(path)
     assert response.status_code in (200, 302, 400, 404)  # 400: a filter the list does not offer
     assert b"Traceback" not in response.content
+
+
+@pytest.fixture
+def staff(transactional_db: None) -> Client:
+    user = User.objects.create_user("viewer", password="pw-viewer-123456", is_staff=True)
+    from django.contrib.auth.models import Permission
+
+    user.user_permissions.add(*Permission.objects.filter(codename__startswith="view_"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "hmac_key__startswith=abc",
+        "hmac_key=abc",
+        "hmac_key__exact=abc",
+        "hmac_key__regex=^a",
+        "hmac_key__in=a,b",
+        "hmac_key__gt=m",
+        "hmacKey__startswith=abc",
+        "webhook_uri__contains=example",
+        "webhook_uri__icontains=secret",
+        "webhook_uri__startswith=http",
+        "webhook_uri__isnull=False",
+        "name__regex=.",
+        "phid__startswith=PHID",
+    ],
+)
+def test_the_hook_list_refuses_lookups_on_secrets_and_anything_not_offered(
+    phorge: Phorge, staff: Client, query: str
+) -> None:
+    phorge.hook("http://example.com/secret-token", key="abcdefghijklmnopqrstuvwxyz234567")
+    response = staff.get(f"/admin/webhook_delivery/heraldwebhook/?{query}")
+    assert response.status_code == 400
+    assert b"abcdefghij" not in response.content and b"secret-token" not in response.content
+
+
+@pytest.mark.parametrize(
+    "query", ["properties__contains=retry", "webhook_phid__startswith=PHID", "object_phid__regex=.", "id__gt=0"]
+)
+def test_the_request_list_refuses_lookups_it_does_not_offer(phorge: Phorge, staff: Client, query: str) -> None:
+    phorge.request(phorge.hook("http://example.com/"))
+    assert staff.get(f"/admin/webhook_delivery/heraldwebhookrequest/?{query}").status_code == 400
+
+
+def test_the_offered_filters_and_search_still_work(phorge: Phorge, staff: Client) -> None:
+    hook = phorge.hook("http://example.com/", name="listed")
+    phorge.request(hook)
+    assert staff.get("/admin/webhook_delivery/heraldwebhook/?status__exact=enabled").status_code == 200
+    assert staff.get(f"/admin/webhook_delivery/heraldwebhook/?q={hook}").status_code == 200
+    requests_list = "/admin/webhook_delivery/heraldwebhookrequest/"
+    assert staff.get(f"{requests_list}?status__exact=queued&last_request_result__exact=none").status_code == 200

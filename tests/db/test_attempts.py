@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 
 from tests.support.helpers import PHORGE_DB, Phorge, with_event
 from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 from webhook_delivery.records.models import DeliveryAttempt
 from webhook_delivery.worker.attempts import prune
 from webhook_delivery.worker.loop import build_worker
@@ -137,3 +138,36 @@ def test_the_writer_names_every_column_of_the_model() -> None:
 
     model = {field.column for field in DeliveryAttempt._meta.concrete_fields if not field.primary_key}
     assert set(COLUMNS) == model and len(COLUMNS) == len(model)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_record_that_fails_with_a_non_database_error_costs_only_itself_and_the_writer_lives_on(
+    delivery_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import time
+
+    from webhook_delivery.records.models import DeliveryAttempt
+    from webhook_delivery.worker.attempts import FLUSH_SEC, AttemptLog, AttemptRecord
+
+    def record(phid: str, started_at: float) -> AttemptRecord:
+        return AttemptRecord(phid, "PHID-HWBH-x", "PHID-TASK-x", started_at, 1.0, "sent", "okay", "http", "200", 200)
+
+    caplog.set_level(logging.INFO, logger="webhook_delivery")
+    log = AttemptLog(delivery_config, "w")
+    now = time.time()
+    for item in [record("PHID-HWBR-a", now), record("PHID-HWBR-nan", float("nan")), record("PHID-HWBR-b", now)]:
+        log.record(item)  # the NaN time raises ValueError (not a DatabaseError) while the batch is built
+    wait_for(
+        lambda: set(DeliveryAttempt.objects.values_list("request_phid", flat=True)) == {"PHID-HWBR-a", "PHID-HWBR-b"},
+        FLUSH_SEC * 10,
+        "the batch written",
+    )
+    assert log._thread.is_alive()
+    log.record(record("PHID-HWBR-later", time.time()))
+    log.close()
+    stored = set(DeliveryAttempt.objects.values_list("request_phid", flat=True))
+    assert stored == {"PHID-HWBR-a", "PHID-HWBR-b", "PHID-HWBR-later"}
+    said = [r.event for r in caplog.records if getattr(r, "event", "").startswith("attempts.")]
+    assert said == ["attempts.record_dropped"]

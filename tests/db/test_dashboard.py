@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import connections
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from tests.support.helpers import PHORGE_DB, Phorge, as_request_row
@@ -20,6 +22,7 @@ from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.models import DeliveryAttempt
 from webhook_delivery.state import PhpDelivery
 from webhook_delivery.web import dashboard
+from webhook_delivery.worker.loop import build_worker
 
 pytestmark = [PHORGE_DB]
 
@@ -279,3 +282,26 @@ def test_every_page_but_the_probes_wants_a_staff_login_or_the_token(client: Any,
         if not (login or response.status_code in (401, 403, 404, 405)):
             open_pages.append((path, response.status_code))
     assert open_pages == []
+
+
+@pytest.fixture
+def staff(transactional_db: None) -> Client:
+    user = User.objects.create_user("viewer", password="pw-viewer-123456", is_staff=True)
+    from django.contrib.auth.models import Permission
+
+    user.user_permissions.add(*Permission.objects.filter(codename__startswith="view_"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_an_unreadable_request_is_shown_as_such_on_the_dashboard(
+    phorge: Phorge, delivery_config: Any, staff: Client
+) -> None:
+    text = '{"retry":"forever","x":1e400}'
+    phid = phorge.request(phorge.hook("http://127.0.0.1:9/unreadable", name="unreadable hook"), properties=text)
+    build_worker(delivery_config, once=True).run()
+    assert phorge.row(phid)["properties"] == text
+    page = staff.get("/").content.decode()
+    failures = page[page.index('id="failures"') :]
+    assert phid in failures and "Unreadable request (left as stored)" in failures

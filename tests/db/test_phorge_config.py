@@ -230,3 +230,61 @@ def test_requeue_of_hook_errors_leaves_out_requests_whose_object_is_gone(
     out = capsys.readouterr().out
     assert alive in out and out.count("PHID-HWBR-") == 1
     assert "Left failed: 1 (object deleted in Phorge (it would fail again as hook/object))." in out
+
+
+def test_phorges_own_blacklist_is_read_and_the_variable_wins_over_it(
+    phorge: Phorge, worker_db: AppDatabases, delivery_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook_delivery")
+    worker_db.create(["config"])
+    # An installation with receivers on internal hosts lifts 127.0.0.0/8 from Phorge's default list.
+    lifted = [str(n) for n in default_blacklist() if str(n) != "127.0.0.0/8"]
+    worker_db.config("security.outbound-blacklist", json.dumps(lifted))
+    unset = dataclasses.replace(
+        delivery_config, outbound_blacklist=default_blacklist(), outbound_blacklist_from_env=False
+    )
+    with Receiver() as receiver:
+        allowed = phorge.request(phorge.hook(receiver.url("/internal/ok")), retry="forever")
+        build_worker(unset, once=True).run()
+        assert phorge.row(allowed)["status"] == "sent"
+        namespace = settings.GORGE_WEBHOOK.namespace
+        in_force = (
+            f"security.outbound-blacklist = {len(lifted)} ranges, leaving open loopback 127.0.0.0/8, "
+            f"from database (`{namespace}_config`.`config_entry`)"
+        )
+        said = [r.getMessage() for r in with_event(caplog.records, "settings.in_force")]
+        assert f"Phorge setting in force: {in_force}" in said
+
+        refused = phorge.request(phorge.hook(receiver.url("/internal2/ok")), retry="forever")
+        from_env = dataclasses.replace(unset, outbound_blacklist_from_env=True)  # the variable, set to the default
+        build_worker(from_env, once=True).run()
+        assert [r.path for r in receiver.requests] == ["/internal/ok"]
+    assert phorge.row(refused)["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
+
+
+def test_without_phorges_config_the_default_list_is_in_force_and_the_log_says_why(
+    phorge: Phorge, delivery_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook_delivery")
+    unset = dataclasses.replace(
+        delivery_config, outbound_blacklist=default_blacklist(), outbound_blacklist_from_env=False
+    )
+    with Receiver() as receiver:
+        phid = phorge.request(phorge.hook(receiver.url("/internal/ok")))
+        build_worker(unset, once=True).run()
+        assert receiver.requests == []
+    assert phorge.row(phid)["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
+    said = [
+        r.getMessage()
+        for r in with_event(caplog.records, "settings.in_force")
+        if r.option == "security.outbound-blacklist"
+    ]
+    namespace = settings.GORGE_WEBHOOK.namespace
+    assert len(said) == 1
+    ranges = len(default_blacklist())
+    assert said[0].startswith(
+        f"Phorge setting in force: security.outbound-blacklist = {ranges} ranges, from Phorge's default"
+    )
+    [looked] = [r.getMessage() for r in caplog.records if getattr(r, "event", "") == "settings.looked"]
+    assert f"cannot read `{namespace}_config`.`config_entry`" in looked
+    assert "not changed" not in looked and "no local file given" in looked

@@ -163,3 +163,58 @@ def test_a_row_that_changed_after_it_was_read_is_left_alone(phorge: Phorge) -> N
     applied = runner.apply(plan)
     assert len(applied.requeued) == 2 and applied.changed == 1
     assert [phorge.row(phid)["status"] for phid in phids] == ["queued", "failed", "queued"]
+
+
+HUGE_TIMES = [
+    ("--since", "99999999999999999999d", "is out of range"),
+    ("--until", "9999-12-31T23:59:59-23:59", "is out of range"),
+    ("--since", "9" * 5000, "is not a time"),
+    ("--since", "9" * 5000 + "d", "is out of range"),
+    ("--until", "1969-12-31T23:59:59", "is out of range"),
+]
+
+
+def _unsafe(text: str, ours: str = "\n") -> list[str]:
+    """The control characters in `text` but those the output itself uses (`ours`)."""
+    return [c for c in text if (ord(c) < 0x20 and c not in ours) or 0x7F <= ord(c) <= 0x9F or c == "\u202e"]
+
+
+@PHORGE_DB
+@pytest.mark.parametrize(("option", "value", "says"), HUGE_TIMES, ids=[t[1][:30] for t in HUGE_TIMES])
+def test_requeue_refuses_times_out_of_range_with_a_clear_error(phorge: Any, option: str, value: str, says: str) -> None:
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError) as caught:
+        call_command("requeue_webhooks", option, value, "--dry-run")
+    message = str(caught.value)
+    assert message.startswith(f"{option} ") and says in message
+    assert len(message) < 300  # the value is shortened, not repeated 5,000 digits long
+
+
+@PHORGE_DB
+def test_requeue_escapes_hook_names_and_phorge_text_on_the_terminal(phorge: Any) -> None:
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    forged = "x\x1b[2K\rRequeued 999 requests.\u202e\x07"
+    hook = phorge.hook("http://127.0.0.1:9/", name=forged)
+    at = phorge.now() - 60
+    phorge.request(
+        hook,
+        status="failed",
+        properties='{"retry":"never","transactionPHIDs":[],"triggerPHIDs":[],"errorType":"http","errorCode":503}',
+        lastRequestResult="fail",
+        lastRequestEpoch=at,
+        dateModified=at,
+    )
+    out = io.StringIO()
+    call_command("requeue_webhooks", "--dry-run", stdout=out)
+    text = out.getvalue()
+    assert _unsafe(text, ours="\n\t") == []  # tabs separate the columns
+    assert "x\\x1b[2K\\rRequeued 999 requests.\\u202e\\x07" in text
+    assert not any(line.startswith("Requeued") for line in text.splitlines())
+    phorge.execute("UPDATE herald_webhook SET status = 'disabled' WHERE phid = %s", [hook])
+    with pytest.raises(CommandError) as caught:  # errors that name a hook escape its name too
+        call_command("requeue_webhooks", "--hook", hook, "--dry-run", stdout=io.StringIO())
+    assert _unsafe(str(caught.value)) == [] and "\\x1b[2K" in str(caught.value)

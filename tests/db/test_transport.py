@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import json
+import logging
 import socket
 import threading
 import time
@@ -189,3 +191,45 @@ def test_a_hooks_connection_never_carries_another_hooks_delivery(phorge: Phorge,
         assert not [r.path for r in attacker.requests if r.path.startswith("/victim")]
         assert [r.path for r in real.requests if r.path.startswith("/victim")] == ["/victim/ok"] * 5
         assert {phorge.row(phid)["status"] for phid in rows} == {"sent"}
+
+
+def no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
+    offenders = [r.getMessage() for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert offenders == []
+
+
+@PHORGE_DB
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://a..example.com/",
+        f"http://{'a' * 64}.example.com/",
+        f"http://{'abc.' * 70}com/",
+        "http://.example.com/",
+        "http://exa mple.com/",
+    ],
+)
+def test_malformed_host_names_fail_for_good_without_a_call(
+    phorge: Phorge, delivery_config: Any, uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook_delivery")
+    phid = phorge.request(phorge.hook(uri), retry="forever")
+    build_worker(dataclasses.replace(delivery_config, outbound_blacklist=()), once=True).run()
+    row = phorge.row(phid)
+    assert (row["status"], row["lastRequestResult"], row["lastRequestEpoch"]) == ("failed", "none", 0)
+    assert row["properties"].endswith(',"errorType":"hook","errorCode":"uri"}')
+    no_tracebacks(caplog)
+
+
+@PHORGE_DB
+def test_the_next_permitted_address_is_tried_when_the_first_refuses(phorge: Phorge, delivery_config: Any) -> None:
+    def two_addresses(host: str, port: int, timeout: float) -> list[Any]:
+        return [ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1")]
+
+    with Receiver() as receiver:  # listens on 127.0.0.1 only: 127.0.0.2 refuses
+        phid = phorge.request(phorge.hook(f"http://two.example.test:{receiver.port}/two/ok"))
+        config = dataclasses.replace(delivery_config, outbound_blacklist=())
+        build_worker(config, once=True, dispatcher=Dispatcher(config, resolver=two_addresses)).run()
+        assert [r.path for r in receiver.requests] == ["/two/ok"]
+        assert receiver.requests[0].header("Host") == f"two.example.test:{receiver.port}"
+    assert phorge.row(phid)["status"] == "sent"

@@ -21,7 +21,6 @@ import pytest
 
 from tests.support.chat_services import ChatServices, Posted
 from webhook_delivery.alerts import apprise_channels, messages
-from webhook_delivery.alerts.config import AlertConfig
 from webhook_delivery.wording import LINK_INDENT
 
 # Teams' stand-in speaks TLS with a throwaway certificate, which its URL says not to verify (?verify=no).
@@ -152,7 +151,7 @@ def test_a_hostile_hook_name_is_neutral_in_each_service_the_docs_name(
     message = alert()
     server = tls if "{tls}" in url else plain
     before = len(server.received(prefix))
-    apprise_channels.send(target, AlertConfig(channel_timeout_sec=5), message.subject, message.text("entered"))
+    apprise_channels.send(target, 5, message.subject, message.text("entered"))
     posted = server.received(prefix)[before:]
     assert posted, f"nothing reached {service}'s stand-in"
     found = texts(posted)

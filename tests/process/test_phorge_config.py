@@ -6,6 +6,7 @@ Here: what runs real processes or MariaDB servers of its own; the rest is in tes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,10 +19,11 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.support.helpers import PHORGE_DB, Phorge, with_event, write_local
+from tests.support.helpers import PHORGE_DB, Phorge, with_event, worker_env, write_local
 from tests.support.phorge_app_db import AppDatabases
 from tests.support.processes import ROOT, manage
 from tests.support.receiver import Receiver
+from tests.support.urlwalk import every_page
 from tests.support.waiting import wait_for
 from webhook_delivery.phorge.locks import webhook_lock_name
 from webhook_delivery.worker.loop import build_worker
@@ -178,3 +180,77 @@ def _once(**env: str) -> subprocess.CompletedProcess[str]:
     from tests.support.processes import manage
 
     return manage("deliver_webhooks", "--once", env=worker_env(**env), ok=False)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def assert_every_page_stands(client: Any) -> None:
+    broken = []
+    for path in every_page():
+        response = client.get(path, headers={"X-Service-Token": "t0ken"})
+        if response.status_code >= 500 and not (path == "/readyz" and response.status_code == 503):
+            broken.append((path, response.status_code))
+    assert broken == []
+    ready = client.get("/readyz")
+    assert ready.status_code in (200, 503) and json.loads(ready.content)["status"] in ("ok", "unavailable")
+
+
+@PHORGE_DB
+def test_a_deep_config_entry_row_crashes_neither_the_worker_nor_check_nor_a_page(
+    phorge: Phorge, worker_db: AppDatabases, admin_client: Any, settings: Any
+) -> None:
+    worker_db.create(["config"])
+    for key in ("phabricator.silent", "security.outbound-blacklist", "phabricator.base-uri", "phd.garbage-collection"):
+        worker_db.config(key, DEEP)
+    with Receiver() as receiver:
+        phorge.request(phorge.hook(receiver.url("/deep/ok")))
+        done = manage("deliver_webhooks", "--once", env=worker_env(GORGE_WEBHOOK_SILENT=""), ok=False)
+        assert "Traceback" not in done.stderr and done.returncode == 0, done.stderr[-2000:]
+        assert len(receiver.requests) == 1, "null is not silent, as in PHP: delivered"
+    checked = manage("check", env=worker_env(GORGE_WEBHOOK_SILENT=""), ok=False)
+    assert checked.returncode == 0 and "Traceback" not in checked.stderr
+    settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, silent=None, service_token="t0ken")
+    assert_every_page_stands(admin_client)
+
+
+def test_check_refuses_a_fifo_at_start_without_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "local.json"
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GORGE_WEBHOOK_")}
+    env.update(DJANGO_SETTINGS_MODULE="gorge_site.settings", GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG=str(fifo))
+    done = manage("check", env=env, ok=False, timeout=60)
+    assert done.returncode != 0 and "gorge.E002" in done.stderr and "not a regular file" in done.stderr
+
+
+@pytest.mark.slow
+@PHORGE_DB
+@pytest.mark.parametrize("swap", ["deep", "fifo", "directory"])
+def test_a_local_file_that_breaks_under_a_running_worker_pauses_it_and_it_comes_back(
+    phorge: Phorge, workers: Any, tmp_path: Path, swap: str
+) -> None:
+    path = tmp_path / "local.json"
+    path.write_text(json.dumps({"phabricator.silent": False}))
+    with Receiver() as receiver:
+        hook = phorge.hook(receiver.url("/local/ok"))
+        worker = workers("w", GORGE_WEBHOOK_SILENT="", GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG=str(path)).start()
+        first = phorge.request(hook)
+        wait_for(lambda: phorge.row(first)["status"] == "sent", 30, "a delivery before")
+        path.unlink()
+        if swap == "deep":
+            path.write_text(DEEP)
+        elif swap == "fifo":
+            os.mkfifo(path)
+        else:
+            path.mkdir()
+        wait_for(
+            lambda: any(line.get("event") == "worker.paused" for line in worker.lines()), 15, "the worker to pause"
+        )
+        second = phorge.request(hook)
+        time.sleep(2)
+        assert worker.proc is not None and worker.proc.poll() is None, "still running"
+        assert phorge.row(second)["status"] == "queued" and len(receiver.requests) == 1, "nothing delivered meanwhile"
+        (path.rmdir if swap == "directory" else path.unlink)()
+        path.write_text(json.dumps({"phabricator.silent": False}))
+        wait_for(lambda: phorge.row(second)["status"] == "sent", 30, "delivered again once it reads")
+    assert "Traceback" not in worker.log.read_text()

@@ -7,6 +7,7 @@ watcher never send it a statement, and the web sends it nothing but reads.
 from __future__ import annotations
 
 import html
+import json
 import re
 import socket
 import subprocess
@@ -21,8 +22,9 @@ import pytest
 import requests
 
 from tests.support import ROOT
+from tests.support.helpers import PHORGE_DB, Phorge, worker_env
 from tests.support.mariadb_servers import PrivateServer, mariadbd
-from tests.support.processes import manage
+from tests.support.processes import SiteDatabase, manage
 from tests.support.waiting import wait_for
 from webhook_delivery.phorge import seeding
 
@@ -281,3 +283,54 @@ def on_master(pair: Pair, hook: str) -> tuple[str, str]:
         (hook,),
     )
     return str(result), str(status)
+
+
+CRAWL = """
+import json, time
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
+user = get_user_model().objects.create_superuser("crawler", password="x")
+client = Client()
+client.force_login(user)
+plain = {**settings.STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+times = []
+with override_settings(STORAGES=plain):
+    for _ in range(40):
+        started = time.monotonic()
+        status = client.get("/", HTTP_HOST="localhost").status_code
+        times.append((status, time.monotonic() - started))
+print(json.dumps(times))
+"""
+
+
+def accept_and_hang(sock: Any) -> None:
+    time.sleep(60)  # a replica that takes the connection and never says a word
+
+
+def phorge_database() -> str:
+    from django.conf import settings
+
+    return str(settings.DATABASES["phorge"]["NAME"])
+
+
+@pytest.mark.slow
+@PHORGE_DB
+def test_a_replica_that_accepts_and_never_answers_costs_the_pages_little(phorge: Phorge, site: SiteDatabase) -> None:
+    """Item 12 of the second security review: a hung replica made one page in every 5 s wait 5 s."""
+    from tests.support.rawserver import RawServer
+
+    phorge.request(phorge.hook("http://127.0.0.1:9/x"))
+    with RawServer(accept_and_hang) as replica:
+        env = worker_env(
+            GORGE_WEBHOOK_REPLICA_DATABASE_URL=f"mysql://root@127.0.0.1:{replica.port}/{phorge_database()}",
+            DATABASE_URL=site.url,
+            ALLOWED_HOSTS="localhost",
+        )
+        started = time.monotonic()
+        times = json.loads(manage("shell", "-c", CRAWL, env=env).stdout.strip().splitlines()[-1])
+    assert all(status == 200 for status, _took in times), "every page read the master instead"
+    slow = [took for _status, took in times if took > 1]
+    assert len(slow) <= 1, f"only the first page waits for the replica: {slow}"
+    assert max(took for _status, took in times) < 4
+    assert time.monotonic() - started < 60

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.helpers import PHORGE_DB, Phorge, failed, with_event
-from tests.support.processes import SiteDatabase
+from tests.support.helpers import PHORGE_DB, Phorge, failed, with_event, worker_env
+from tests.support.processes import SiteDatabase, manage
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
 
@@ -33,3 +33,13 @@ def test_a_running_worker_delivers_requeued_requests_without_waiting_for_its_swe
         wait_for(lambda: all(phorge.row(p)["status"] == "sent" for p in phids), 60, "the requeued deliveries")
         assert len(receiver.requests) == 4
     assert with_event(worker.lines(), "requeue.notice_taken")
+
+
+@PHORGE_DB
+def test_requeue_exits_with_an_error_and_no_traceback_for_a_huge_age(phorge: Any) -> None:
+    done = manage(
+        "requeue_webhooks", "--since", "99999999999999999999d", "--dry-run", env=worker_env(), ok=False, timeout=60
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "--since '99999999999999999999d' is out of range" in done.stderr

@@ -1,5 +1,5 @@
 """Drives the real AttemptLog against whatever Django database DATABASE_URL names, in its own process
-(tests/process/test_hardening.py runs it against throwaway MariaDB and PostgreSQL databases).
+(tests/process/test_attempts.py runs it against throwaway MariaDB and PostgreSQL databases).
 
 Writes one batch of good records mixed with bad ones (NUL, emoji, a lone surrogate, a number the column
 cannot hold), then, once that batch was written, a second batch of good records; prints one JSON line:

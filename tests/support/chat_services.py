@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.rawserver import serve_in_thread
+
 
 @dataclass
 class Posted:
@@ -64,7 +66,7 @@ class ChatServices:
             context.load_cert_chain(cert, key)
             server.socket = context.wrap_socket(server.socket, server_side=True)
         self._server = server
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serve_in_thread(server)
         return self
 
     def stop(self) -> None:

@@ -45,6 +45,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.support.rawserver import serve_in_thread
+
 # Phorge's default maniphest.priorities (PhabricatorManiphestConfigOptions): keyword -> (value, name)
 PRIORITIES = {
     "unbreak": (100, "Unbreak Now!"),
@@ -175,7 +177,7 @@ class ConduitStandin:
         server.daemon_threads = True
         self._server = server
         self._port = int(server.server_address[1])
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serve_in_thread(server)
         return self
 
     def stop(self) -> None:

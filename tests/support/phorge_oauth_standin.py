@@ -46,6 +46,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from tests.support import ROOT
+from tests.support.rawserver import serve_in_thread
 
 CODE_TTL_SEC = 300
 # Phorge's words, from its source (pht() strings): the edit engine's create button, the client page's
@@ -160,7 +161,7 @@ class PhorgeStandin:
         self._server = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
         self._server.daemon_threads = True
         self._port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        serve_in_thread(self._server)
         return self
 
     def stop(self) -> None:

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import socket
+import socketserver
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+# How often a test server's serve_forever() looks for shutdown(): stopping one costs at most this (its
+# default, 0.5 s, was paid by every test that stopped a server).
+STOP_POLL_SEC = 0.02
+
+
+def serve_in_thread(server: socketserver.BaseServer, *, start: bool = True) -> threading.Thread:
+    """A daemon thread serving `server` until its shutdown(), which then returns within STOP_POLL_SEC."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": STOP_POLL_SEC}, daemon=True)
+    if start:
+        thread.start()
+    return thread
 
 
 class RawServer:
@@ -53,6 +66,10 @@ class RawServer:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() under way at once
+        except OSError:
+            pass
         self.listener.close()
         self._thread.join(2)
 
@@ -100,3 +117,35 @@ def endless_http(sock: socket.socket) -> None:
     chunk = b"x" * 65536
     for _ in range(9000):
         sock.sendall(chunk)
+
+
+class Counting:
+    """A local HTTP server answering every request with `status` and a Location `where()` names; it keeps
+    each request line."""
+
+    def __init__(self, status: int, where: Callable[[], str]) -> None:
+        self.status = status
+        self.where = where
+        self.lines: list[str] = []
+        self.lock = threading.Lock()
+        self.server = RawServer(self._answer)
+
+    def _answer(self, sock: socket.socket) -> None:
+        buffer = b""
+        while (message := read_message(sock, buffer)) is not None:
+            head, _body, buffer = message
+            with self.lock:
+                self.lines.append(head.split(b"\r\n", 1)[0].decode())
+            location = f"Location: {self.where()}\r\n" if self.status >= 300 else ""
+            sock.sendall(f"HTTP/1.1 {self.status} X\r\n{location}Content-Length: 2\r\n\r\nok".encode())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.port}"
+
+    def __enter__(self) -> Counting:
+        self.server.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.__exit__()

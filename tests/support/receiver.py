@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.rawserver import read_message
+from tests.support.rawserver import read_message, serve_in_thread
 
 
 @dataclass
@@ -159,7 +159,7 @@ class Receiver:
         self.server.state = ReceiverState(**options)
         self.host = host
         self.port = int(self.server.server_address[1])
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = serve_in_thread(self.server, start=False)
 
     @property
     def state(self) -> ReceiverState:

@@ -79,13 +79,14 @@ class OnMariaDB:
 
 
 class OnPooledMariaDB(OnMariaDB):
-    """The same tables through a session pool of one connection, as the delivery threads use the store: the
-    claims and writes in the driver's own calls, a write and a claim in one round trip. The pool's session
-    keeps the fixed clock too."""
+    """The same tables through a session pool of two connections, as the delivery threads use the store:
+    the reads on the one it lends, the claims and writes in the driver's own calls on the one it keeps, a
+    write and a claim in one round trip. Both sessions keep the fixed clock too."""
 
     def __init__(self, phorge: Phorge) -> None:
         super().__init__(phorge)
-        self.pool = SessionPool(PHORGE_ALIAS, 1)
+        self.pool = SessionPool(PHORGE_ALIAS, 2)
+        assert self.pool.batches, "one connection kept: a write and a claim go in one round trip"
         self.store = Store(pool=self.pool)
         self.at(NOW)
 
@@ -93,6 +94,7 @@ class OnPooledMariaDB(OnMariaDB):
         super().at(now)
         with self.pool.connection() as wrapper, wrapper.cursor() as cursor:
             cursor.execute("SET timestamp = %s", (now,))
+        self.pool.change("SET timestamp = %(now)s", {"now": now})
 
 
 def _row_fields(columns: dict[str, Any]) -> dict[str, Any]:

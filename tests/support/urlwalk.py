@@ -16,7 +16,7 @@ from webhook_delivery.models import HeraldWebhook, HeraldWebhookRequest
 # Routes that are not pages to look at: each with the reason.
 NOT_PAGES = {
     "admin:view_on_site": "a redirect to the object on another site",
-    # The operators' actions: forms' POSTs, a GET answers 405 (tests/db/test_operator_actions.py).
+    # The operators' actions: forms' POSTs, a GET answers 405 (tests/db/test_actions.py).
     "webhook_delivery:hook_hold": "an action, POST only",
     "webhook_delivery:hook_release": "an action, POST only",
     "webhook_delivery:request_requeue": "an action, POST only",

@@ -109,3 +109,108 @@ def test_the_check_sees_forbidden_imports() -> None:
     for text in forbidden:
         assert [module for module in imports_of(probe, text) if _under(module, WORKER)], text
     assert not [module for module in imports_of(probe, "from .selectors import hooks") if _under(module, WORKER)]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of `graph`: each strongly connected set of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            circle = []
+            while (top := stack.pop()) != module:
+                circle.append(top)
+            if circle:
+                found.append(sorted([module, *circle]))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_takes_part_in_a_circle_of_imports() -> None:
+    """Imports inside functions and under TYPE_CHECKING count too: a circle hidden there is still one (the
+    alert config and the Apprise channels were one, config -> apprise_channels -> channels -> config)."""
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {name: {m for m in imports_of(path) if m in modules and m != name} for name, path in modules.items()}
+    assert _cycles(graph) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]], "the check sees one"
+
+
+TEST_LANES = ("unit", "db", "process", "browser")
+# Test files named after something that is not one module of the project, each with what it tests instead.
+NOT_A_MODULE = {
+    "layout": "the tree itself: what each folder imports, the modules' sizes, circles of imports",
+    "readme": "the pages: README.md, docs/, CHANGELOG.md",
+    "lanes": "the suite's own lanes and its safety (tests/support/lanes.py, tests/support/settings.py)",
+    "dockerfile": "the Dockerfile",
+    "deploy_files": "docs/systemd/ and docs/compose.example.yml",
+    "deploy_check": "Django's check --deploy over the documented production settings",
+    "alert_rules": "the Prometheus rules in docs/prometheus/",
+    "bench_smoke": "bench/",
+    "phorge_patch": "contrib/phorge/, Phorge's side of the handover",
+    "golden": "Phorge's own captures replayed through the whole delivery path (tests/fixtures/golden/)",
+    "store_contract": "the contract store.Store and twins.MemoryStore both keep (tests/support/store_contract.py)",
+    "isolation": "hooks kept apart across the worker's scheduling, sessions and lock session",
+    "leaks": "no hook URI, key or token in any output: pages, JSON, the admin, metrics, SQL, log lines",
+    "db_outage": "MariaDB restarted under a running worker",
+    "large_properties": "large properties across the store, the job and the queue window",
+    "sqlite_site": "Django's own tables on SQLite under a running worker and the pages",
+}
+
+
+def module_names() -> set[str]:
+    """What a test file may be named after: each module or package of webhook_delivery/ and gorge_site/ by its
+    path below the top package joined with `_`, or any tail of it (phorge/config.py: `phorge_config` or
+    `config`), `alerts/` also as `alert` (alerts/config.py: `alert_config`)."""
+    names: set[str] = set()
+    for top in (PACKAGE, ROOT / "gorge_site"):
+        for path in top.rglob("*.py"):
+            parts = list(path.relative_to(top).with_suffix("").parts)
+            if "migrations" in parts:
+                continue
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            for start in range(len(parts)):
+                tail = parts[start:]
+                names.add("_".join(tail))
+                if tail[0] == "alerts" and len(tail) > 1:
+                    names.add("_".join(["alert", *tail[1:]]))
+    return names
+
+
+def files_of_lane(lane: str) -> list[Path]:
+    return sorted((ROOT / "tests" / lane).glob("test_*.py"))
+
+
+@pytest.mark.parametrize("lane", TEST_LANES)
+def test_every_test_file_is_named_after_the_module_it_tests(lane: str) -> None:
+    """One file per module per lane, named after it, or a documented exception (NOT_A_MODULE): a file named
+    after an issue or a review (test_hardening.py) says nothing of where its tests belong."""
+    modules = module_names()
+    misnamed = [
+        path.name
+        for path in files_of_lane(lane)
+        if (name := path.stem.removeprefix("test_")) not in modules and name not in NOT_A_MODULE
+    ]
+    assert misnamed == []
+
+
+def test_every_exception_to_the_test_file_names_is_still_used() -> None:
+    used = {path.stem.removeprefix("test_") for lane in TEST_LANES for path in files_of_lane(lane)}
+    assert set(NOT_A_MODULE) <= used
+    assert not set(NOT_A_MODULE) & module_names(), "an exception that is a module's name is no exception"
+    assert {"phorge_config", "config", "alert_config", "deliver_webhooks", "sessions"} <= module_names()
+    assert "hardening" not in module_names() and "bad_input" not in module_names()

@@ -225,3 +225,13 @@ def test_payload_template_equals_the_general_encoder(
     arguments = {"object_phid": object_phid, "properties": properties, "date_created": epoch}
     expected = encode_formatted(payload_document(**arguments, transaction_phids=xactions)).encode("ascii")
     assert build_payload(**arguments, transaction_phids=xactions) == expected
+
+
+def test_transaction_ids_of_any_length_are_ordered_without_int() -> None:
+    from webhook_delivery.phorge.payload import transactions_newest_first
+
+    long_id = "9" * 5000  # beyond int()'s 4300 digits
+    stored = {"2": "PHID-b", long_id: "PHID-long", "010": "PHID-ten", "1": "PHID-a"}
+    assert transactions_newest_first(stored) == ["PHID-long", "PHID-ten", "PHID-b", "PHID-a"]
+    with pytest.raises(ValueError, match="not a transaction ID"):
+        transactions_newest_first({"\u00b2": "PHID-x"})

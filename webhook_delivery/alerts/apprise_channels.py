@@ -5,11 +5,13 @@ A URL is a secret (a token is the host part of many of them: `slack://T.../B.../
 so it is named by its scheme and its host, the host only where Apprise's service takes a host there
 (`json://`, `mmosts://`, `matrixs://`, `ntfys://...`): `apprise:json://127.0.0.1#1`, `apprise:slack#2`.
 
-A send is bounded as the other channels are: Apprise's plugins call `requests` themselves, so the plugin runs
-inside outbound.bounded_requests, which routes every request of the sending thread through one watched
-adapter (the Watchdog shuts its sockets once GORGE_ALERT_CHANNEL_TIMEOUT_SEC is up; each answer is read up
-to ANSWER_BYTES). Services that do not send over HTTP (mail, IRC, MQTT, XMPP, syslog, the desktop ones) open
-sockets of their own that nothing here can shut: they are refused (`problem`), e-mail having its own channel.
+A send is bounded as the other channels are: Apprise's plugins call `requests.post` (get, put, request) on
+the name `requests` of their own modules, and that name, in every plugin module Apprise has loaded, is bound
+to outbound.ROUTED (`_route`); the plugin runs inside outbound.bounded_requests, so its calls go through that
+block's OutgoingSession (the Watchdog shuts its sockets once GORGE_ALERT_CHANNEL_TIMEOUT_SEC is up; each
+answer is read up to ANSWER_BYTES) while requests itself stays as it is for every other caller. Services
+that do not send over HTTP (mail, IRC, MQTT, XMPP, syslog, the desktop ones) open sockets of their own that
+nothing here can shut: they are refused (`problem`), e-mail having its own channel.
 
 The text is rendered for the markup of the service (markup.py: escaped for Markdown, HTML, or the plain text
 of a service that shows it as it is) in the format the plugin sends, and declared in that format, so that
@@ -23,13 +25,15 @@ HTTP status, an exception's class).
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+import requests
 
 from .. import outbound
 from . import markup
 from .channels import ChannelError
-from .config import AlertConfig
 
 ANSWER_BYTES = 64 * 1024
 # Apprise plugin modules that open sockets of their own (read from Apprise 2.3.0's plugins: these import
@@ -95,6 +99,13 @@ def _plugin(url: str) -> Any:
     return _apprise().Apprise.instantiate(url, asset=_asset(), suppress_exceptions=True)
 
 
+def _route() -> None:
+    """Bind `requests` to outbound.ROUTED in every Apprise plugin module loaded so far that imported it."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("apprise.plugins") and getattr(module, "requests", None) is requests:
+            setattr(module, "requests", outbound.ROUTED)  # noqa: B010 - a module's global, by name
+
+
 def _module(plugin: Any) -> str:
     """The plugin's family in Apprise (`custom_json`, `email`, `irc`, ...), by its class and those it comes from."""
     for cls in type(plugin).__mro__:
@@ -133,8 +144,10 @@ def _service_scheme(plugin: Any, url: str) -> str:
     return scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 32 else _scheme(url)
 
 
+@functools.lru_cache(maxsize=8)
 def targets(urls: tuple[str, ...]) -> tuple[AppriseTarget, ...]:
-    """The usable URLs of GORGE_ALERT_URLS, named."""
+    """The usable URLs of GORGE_ALERT_URLS, named (Apprise is loaded on first use, by the watcher only); the
+    others are left out (the system check and the watcher say which)."""
     found = []
     for position, url in enumerate(urls, 1):
         plugin = _plugin(url)
@@ -157,9 +170,8 @@ def problems(urls: tuple[str, ...]) -> list[str]:
     ]
 
 
-def send(target: AppriseTarget, config: AlertConfig, subject: str, body: str) -> None:
-    """One message through Apprise, bounded in total by the channel timeout; raises ChannelError."""
-    timeout = config.channel_timeout_sec
+def send(target: AppriseTarget, timeout: float, subject: str, body: str) -> None:
+    """One message through Apprise, bounded in total by `timeout` (the channel timeout); raises ChannelError."""
     apprise = _apprise()
     plugin = _plugin(target.url)
     if plugin is None:
@@ -168,6 +180,8 @@ def send(target: AppriseTarget, config: AlertConfig, subject: str, body: str) ->
     form = plugin.resolve_format(apprise.NotifyFormat.TEXT)
     family = _module(plugin)
     body, subject = markup.render(family, form.value, body), markup.render(family, form.value, subject)
+    plugin.redirects = False  # Apprise's own switch: its plugins ask requests to follow none either
+    _route()
     with outbound.bounded_requests(timeout, ANSWER_BYTES) as call:
         try:
             accepted = plugin.notify(body=body, title=subject, body_format=form)

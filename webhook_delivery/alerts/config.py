@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import environ as django_environ
 
 from ..config import ConfigError, parse_bool, parse_decimal, range_text
 from ..phorge_auth.config import address_problem
-
-if TYPE_CHECKING:
-    from .apprise_channels import AppriseTarget
 
 DEFAULT_FROM = "gorge-webhook@localhost"
 DEFAULT_PRIORITY = "high"
@@ -52,28 +48,6 @@ class AlertConfig:
     loss_margin_sec: int = 3600  # queued requests this close to collection are remembered, to notice their loss
     # Django's EMAIL_* settings from EMAIL_URL (django-environ's email_url); empty: Django's defaults.
     email_settings: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
-
-    @property
-    def channels(self) -> tuple[str, ...]:
-        configured = []
-        if self.email_to:
-            configured.append("email")
-        if self.chat_url:
-            configured.append("chat")
-        configured += [target.name for target in self.apprise_targets]
-        if self.phorge_token:
-            configured.append(PHORGE_CHANNEL)
-        return tuple(configured)
-
-    @functools.cached_property
-    def apprise_targets(self) -> tuple[AppriseTarget, ...]:
-        """GORGE_ALERT_URLS as Apprise reads them (Apprise is loaded on first use, by the watcher only);
-        URLs Apprise cannot use are left out (the system check and the watcher say which)."""
-        if not self.apprise_urls:
-            return ()
-        from .apprise_channels import targets
-
-        return targets(self.apprise_urls)
 
 
 def _number(

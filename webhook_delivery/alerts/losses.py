@@ -86,7 +86,7 @@ class Losses:
         if other:
             logger.info(
                 "queued requests near collection disappeared, delivered or deleted by other means (not counted)",
-                extra={"count": len(other)},
+                extra={"event": "alert.watched_gone", "count": len(other)},
             )
         WatchedRequest.objects.filter(pk__in=settled + [w.pk for w in other]).delete()
         if not lost:

@@ -79,15 +79,23 @@ class Digests:
 
 
 def outlets(config: AlertConfig) -> dict[str, Outlet]:
-    found: dict[str, Outlet] = {
-        "email": Digests(LIMITS["email"], functools.partial(send_email, config)),
-        "chat": Digests(LIMITS["chat"], functools.partial(send_chat, config)),
-    }
-    for target in config.apprise_targets:
-        found[target.name] = Digests(LIMITS["chat"], functools.partial(apprise_channels.send, target, config))
+    """Every configured channel by its name, in order: e-mail, the chat webhook, each usable Apprise URL,
+    Phorge's incident tasks."""
+    found: dict[str, Outlet] = {}
+    if config.email_to:
+        found["email"] = Digests(LIMITS["email"], functools.partial(send_email, config))
+    if config.chat_url:
+        found["chat"] = Digests(LIMITS["chat"], functools.partial(send_chat, config))
+    for target in apprise_channels.targets(config.apprise_urls) if config.apprise_urls else ():
+        timeout = config.channel_timeout_sec
+        found[target.name] = Digests(LIMITS["chat"], functools.partial(apprise_channels.send, target, timeout))
     if config.phorge_token:
         found[PHORGE_CHANNEL] = PhorgeTasks(config)
     return found
+
+
+def channel_names(config: AlertConfig) -> tuple[str, ...]:
+    return tuple(outlets(config))
 
 
 @dataclass
@@ -108,6 +116,7 @@ class Channels:
         self.owner = owner
         self._sending: dict[str, _Send] = {}
         self.outlets = outlets(config)
+        self.names = tuple(self.outlets)  # the configured channels
 
     def _lease(self, channel: str) -> bool:
         AlertChannel.objects.get_or_create(name=channel)
@@ -126,7 +135,7 @@ class Channels:
         """Send every channel's pending notifications, each channel from a thread of its own."""
         started: dict[str, _Send] = {}
         now = datetime.now(UTC)
-        for channel in self.config.channels:
+        for channel in self.names:
             running = self._sending.get(channel)
             if running is not None:
                 if not running.done.is_set():
@@ -240,7 +249,7 @@ class Channels:
         Phorge who its token is); {channel: None if it worked, else the error}."""
         outcome: dict[str, str | None] = {}
         sends = {}
-        for channel in self.config.channels:
+        for channel in self.names:
             test = self.outlets[channel].test
             send = _Send(ids=[])
             thread = threading.Thread(target=_tested, args=(test, send), name=f"alert-test-{channel}"[:60], daemon=True)

@@ -1,10 +1,8 @@
 """The alert watcher: reads Phorge's tables (read only, through webhook_delivery.reads.herald), decides which
 conditions hold, records each start and end once in Django's database, and sends one digest per channel.
 
-Runs as `manage.py watch_webhooks`, or as a daemon thread of `deliver_webhooks`:
-
-    stop = threading.Event()
-    threading.Thread(target=Watcher().run_forever, args=(stop,), name="alert-watcher", daemon=True).start()
+Runs as `manage.py watch_webhooks`, or in a thread of `deliver_webhooks --watch`, supervised there
+(webhook_delivery/sidetasks.py: restarted when it dies, and the worker stops if it keeps dying).
 
 Any number of watchers may run: a condition's start (and end) is won by one conditional UPDATE (or one
 INSERT on its unique key), and a channel is sent on by the one watcher holding its lease. A channel that
@@ -42,6 +40,7 @@ from .losses import Loss, Losses
 from .messages import PREFIX, Message
 from .models import KINDS, AlertCondition, AlertNotification
 from .sending import Channels, TickResult
+from .transitions import ENTERED, Known, Seen, Step, decide
 
 logger = logging.getLogger(__name__)
 
@@ -87,25 +86,34 @@ class Watcher:
         """Pass after pass until stop_event is set; a failed pass is logged and the next one runs."""
         logger.info(
             "alert watcher started",
-            extra={"channels": ",".join(self.config.channels) or "none", "interval_sec": self.config.interval_sec},
+            extra={
+                "event": "watcher.started",
+                "channels": ",".join(self.channels.names) or "none",
+                "interval_sec": self.config.interval_sec,
+            },
         )
         failing = False
         while not stop_event.is_set():
             try:
                 self.tick()
                 if failing:
-                    logger.info("alert watcher: Django's database answers again")
+                    logger.info(
+                        "alert watcher: Django's database answers again", extra={"event": "watcher.database_back"}
+                    )
                 failing = False
             except DatabaseError as exc:
                 if not failing:
-                    logger.error("alert watcher: Django's database unavailable", extra={"error": type(exc).__name__})
+                    logger.error(
+                        "alert watcher: Django's database unavailable",
+                        extra={"event": "watcher.database_lost", "error": type(exc).__name__},
+                    )
                 failing = True
             except Exception:
-                logger.exception("alert watcher: pass failed")
+                logger.exception("alert watcher: pass failed", extra={"event": "watcher.pass_failed"})
             finally:
                 self._close_connections()
             stop_event.wait(self.config.interval_sec)
-        logger.info("alert watcher stopped")
+        logger.info("alert watcher stopped", extra={"event": "watcher.stopped"})
 
     @staticmethod
     def _close_connections() -> None:
@@ -163,7 +171,7 @@ class Watcher:
 
     def _notify(self, key: str, kind: str, episode: int, transition: str, said: Message) -> None:
         now = datetime.now(UTC)
-        for channel in self.config.channels:
+        for channel in self.channels.names:
             if channel == PHORGE_CHANNEL and transition == "event":
                 continue  # a loss is an event, with no start or end: e-mail and chat tell it, no task
             try:
@@ -182,8 +190,8 @@ class Watcher:
                 pass  # already recorded: the unique key is the last line of de-duplication
 
     def _record(self, evaluation: Evaluation, result: TickResult) -> None:
-        """Each condition's start and end, won by one watcher: a start once it has held its hold time, an
-        end once it has been clear as long (`pending_since` and `clear_since` remember since when)."""
+        """Each condition's step (transitions.decide), applied once whoever else watches: a start once it has
+        held its hold time, an end once it has been clear as long; told by the watcher that won it."""
         now, observed = evaluation.now, evaluation.observations
         now_dt = datetime.now(UTC)
         rows = {
@@ -192,116 +200,95 @@ class Watcher:
                 Q(active=True) | Q(key__in=list(observed)) | Q(pending_since__isnull=False)
             )
         }
-        for key, obs in observed.items():
-            row = rows.get(key)
-            fields = {
-                "summary": obs.message.body,
-                "detail": obs.detail,
-                "hook_name": obs.hook_name,
-                "observed_epoch": now,
-            }
-            if row is not None and row.active:
-                AlertCondition.objects.filter(pk=row.pk, active=True, observed_epoch__lte=now).update(
-                    clear_since=None, **fields
-                )
-                continue
-            if obs.sustain:
-                continue
-            hold = CONDITIONS[obs.kind].hold_sec(self.config)
-            pending = row.pending_since if row is not None else None
-            if hold > 0 and (pending is None or now - pending < hold):
-                self._pending(row, obs, now, now_dt, fields)
-                continue
-            if row is None:
-                try:
-                    with transaction.atomic():
-                        AlertCondition.objects.create(
-                            key=key,
-                            kind=obs.kind,
-                            hook_phid=obs.hook_phid,
-                            active=True,
-                            episode=1,
-                            since=_dt(obs.since),
-                            entered_at=now_dt,
-                            **fields,
-                        )
-                except IntegrityError:
-                    continue  # another watcher recorded it first and sends it
-                episode = 1
+        for key in [*observed, *(key for key in rows if key not in observed)]:
+            row, obs = rows.get(key), observed.get(key)
+            kind = obs.kind if obs is not None else rows[key].kind
+            if obs is not None:
+                seen = Seen.SUSTAINS if obs.sustain else Seen.HOLDS
             else:
-                won = AlertCondition.objects.filter(
-                    pk=row.pk, active=False, episode=row.episode, observed_epoch__lt=now
-                ).update(
-                    active=True,
-                    episode=row.episode + 1,
-                    since=_dt(obs.since),
-                    entered_at=now_dt,
-                    recovered_at=None,
-                    pending_since=None,
-                    clear_since=None,
-                    **fields,
+                seen = Seen.CLEAR if kind in evaluation.kinds else Seen.UNKNOWN
+            known = None if row is None else Known(row.active, row.episode, row.pending_since, row.clear_since)
+            hold = CONDITIONS[kind].hold_sec(self.config) if kind in CONDITIONS else 0.0
+            step = decide(known, seen, now, hold)
+            if step is Step.NOTHING or not self._apply(step, key, row, obs, now, now_dt):
+                continue
+            if step in ENTERED and obs is not None:
+                episode = 1 if row is None else row.episode + 1
+                self._notify(key, obs.kind, episode, "entered", obs.message)
+                result.entered.append(key)
+                logger.warning(
+                    "alert: %s",
+                    obs.message.subject.removeprefix(PREFIX),
+                    extra={"event": "alert.entered", "alert": key},
                 )
-                if not won:
-                    continue
-                episode = row.episode + 1
-            self._notify(key, obs.kind, episode, "entered", obs.message)
-            result.entered.append(key)
-            logger.warning(
-                "alert: %s", obs.message.subject.removeprefix(PREFIX), extra={"event": "alert.entered", "alert": key}
-            )
-        for row in rows.values():
-            if row.key in observed or row.kind not in evaluation.kinds:
-                continue
-            if not row.active:
-                if row.pending_since is not None:  # it did not hold long enough: start counting again next time
-                    AlertCondition.objects.filter(pk=row.pk, active=False, pending_since=row.pending_since).update(
-                        pending_since=None
-                    )
-                continue
-            hold = CONDITIONS[row.kind].hold_sec(self.config) if row.kind in CONDITIONS else 0.0
-            if hold > 0 and (row.clear_since is None or now - row.clear_since < hold):
-                if row.clear_since is None:
-                    AlertCondition.objects.filter(pk=row.pk, active=True, clear_since__isnull=True).update(
-                        clear_since=now
-                    )
-                continue
-            won = AlertCondition.objects.filter(
-                pk=row.pk, active=True, episode=row.episode, observed_epoch__lt=now
-            ).update(active=False, recovered_at=now_dt, observed_epoch=now, clear_since=None)
-            if not won:
-                continue
-            said = self._ended(row, evaluation)
-            self._notify(row.key, row.kind, row.episode, "recovered", said)
-            result.recovered.append(row.key)
-            logger.info(
-                "alert recovered: %s",
-                said.subject.removeprefix(PREFIX),
-                extra={"event": "alert.recovered", "alert": row.key},
-            )
+            elif step is Step.RECOVER and row is not None:
+                said = self._ended(row, evaluation)
+                self._notify(key, row.kind, row.episode, "recovered", said)
+                result.recovered.append(key)
+                logger.info(
+                    "alert recovered: %s",
+                    said.subject.removeprefix(PREFIX),
+                    extra={"event": "alert.recovered", "alert": key},
+                )
 
     @staticmethod
-    def _pending(
-        row: AlertCondition | None, obs: Observation, now: int, now_dt: datetime, fields: dict[str, Any]
-    ) -> None:
-        """Remember since when a condition holds, without telling anyone yet."""
-        if row is None:
+    def _apply(
+        step: Step, key: str, row: AlertCondition | None, obs: Observation | None, now: int, now_dt: datetime
+    ) -> bool:
+        """One step as one guarded statement on the state read (an UPDATE conditional on it, or an INSERT on
+        the unique key): whether this watcher won it."""
+        conditions = AlertCondition.objects
+        facts: dict[str, Any] = {}
+        if obs is not None:
+            facts = {"summary": obs.message.body, "detail": obs.detail, "hook_name": obs.hook_name}
+            facts["observed_epoch"] = now
+        if step in (Step.REMEMBER, Step.OPEN) and obs is not None:
+            opened = step is Step.OPEN
             try:
                 with transaction.atomic():
-                    AlertCondition.objects.create(
-                        key=obs.key,
+                    conditions.create(
+                        key=key,
                         kind=obs.kind,
                         hook_phid=obs.hook_phid,
-                        active=False,
-                        episode=0,
+                        active=opened,
+                        episode=1 if opened else 0,
                         since=_dt(obs.since),
                         entered_at=now_dt,
-                        pending_since=now,
-                        **fields,
+                        pending_since=None if opened else now,
+                        **facts,
                     )
             except IntegrityError:
-                pass  # another watcher remembered it first
-        elif row.pending_since is None:
-            AlertCondition.objects.filter(pk=row.pk, active=False, pending_since__isnull=True).update(pending_since=now)
+                return False  # another watcher recorded it first (and tells it)
+            return True
+        if row is None:
+            raise ValueError(f"{step}: a step on a row the pass did not read")  # decide() never gives one
+        mine = conditions.filter(pk=row.pk)
+        if step is Step.REFRESH:
+            changed = mine.filter(active=True, observed_epoch__lte=now).update(clear_since=None, **facts)
+        elif step is Step.PEND:
+            changed = mine.filter(active=False, pending_since__isnull=True).update(pending_since=now)
+        elif step is Step.REOPEN and obs is not None:
+            changed = mine.filter(active=False, episode=row.episode, observed_epoch__lt=now).update(
+                active=True,
+                episode=row.episode + 1,
+                since=_dt(obs.since),
+                entered_at=now_dt,
+                recovered_at=None,
+                pending_since=None,
+                clear_since=None,
+                **facts,
+            )
+        elif step is Step.FORGET:
+            changed = mine.filter(active=False, pending_since=row.pending_since).update(pending_since=None)
+        elif step is Step.CLEARING:
+            changed = mine.filter(active=True, clear_since__isnull=True).update(clear_since=now)
+        elif step is Step.RECOVER:
+            changed = mine.filter(active=True, episode=row.episode, observed_epoch__lt=now).update(
+                active=False, recovered_at=now_dt, observed_epoch=now, clear_since=None
+            )
+        else:
+            raise AssertionError(step)
+        return changed == 1
 
     def _ended(self, row: AlertCondition, evaluation: Evaluation) -> Message:
         detail = row.detail if isinstance(row.detail, dict) else {}

@@ -394,7 +394,7 @@ class ConfigDatabase:
             return None
         if self._unreadable:
             self._unreadable = False
-            logger.info(f"reading Phorge's settings from {self.table} again")
+            logger.info(f"reading Phorge's settings from {self.table} again", extra={"event": "settings.table_back"})
         values: dict[str, Any] = {}
         for row in rows:
             values[text(row["configKey"])] = jsonread.decode(text(row["value"]))  # json_decode's null

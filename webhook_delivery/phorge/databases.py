@@ -247,7 +247,7 @@ class PartitionMap:
                 logger.info(
                     f"cannot read {self.table} (no SELECT grant, or no such table): Phorge's own partition map is "
                     f"not known, and {known}",
-                    extra={"mysql_error": exc.code},
+                    extra={"event": "cluster.map_unreadable", "mysql_error": exc.code},
                 )
             return None
         if not rows:
@@ -257,7 +257,10 @@ class PartitionMap:
             return loads_cluster_databases(value.decode() if isinstance(value, bytes) else str(value))
         except (ClusterError, UnicodeDecodeError) as exc:
             if _MAP_LOG.first(f"invalid {self.table}"):
-                logger.warning(f"cannot parse Phorge's partition map in {self.table}: {exc}")
+                logger.warning(
+                    f"cannot parse Phorge's partition map in {self.table}: {exc}",
+                    extra={"event": "cluster.map_invalid"},
+                )
             return Placement(problem=str(exc))
 
 

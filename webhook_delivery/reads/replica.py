@@ -72,9 +72,14 @@ class _Lag:
             if state.reason != self._said:
                 self._said = state.reason
                 if state.reason:
-                    logger.warning(f"pages read herald's master, not the replica: {state.reason}")
+                    logger.warning(
+                        f"pages read herald's master, not the replica: {state.reason}",
+                        extra={"event": "replica.not_used"},
+                    )
                 else:
-                    logger.info("pages read herald from the replica", extra={"lag_sec": state.lag_sec})
+                    logger.info(
+                        "pages read herald from the replica", extra={"event": "replica.used", "lag_sec": state.lag_sec}
+                    )
             return state
 
     def _read(self, bound: int) -> ReplicaState:

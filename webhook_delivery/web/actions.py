@@ -78,7 +78,10 @@ def operate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
             )
             return _refused(request, str(refused), refused.status)
         except DatabaseError as exc:
-            logger.warning("action: a database is unavailable", extra={"error": type(exc).__name__})
+            logger.warning(
+                "action: a database is unavailable",
+                extra={"event": "action.database_unavailable", "error": type(exc).__name__},
+            )
             return _refused(request, "A database cannot be read or written now: nothing was done. Try again.", 503)
 
     return never_cache(require_POST(checked))

@@ -48,7 +48,10 @@ class QueueCollector:
         try:
             health = selectors.queue_health(settings.GORGE_WEBHOOK)
         except DatabaseError as exc:
-            logger.warning("metrics scrape: Phorge's herald database unavailable", extra={"error": type(exc).__name__})
+            logger.warning(
+                "metrics scrape: Phorge's herald database unavailable",
+                extra={"event": "metrics.phorge_unavailable", "error": type(exc).__name__},
+            )
             up.add_metric([], 0)
             yield up
         else:
@@ -105,7 +108,10 @@ class QueueCollector:
         try:
             yield from list(alert_state.condition_families())
         except DatabaseError:
-            logger.warning("metrics scrape: Django's database unavailable for the alert metrics")
+            logger.warning(
+                "metrics scrape: Django's database unavailable for the alert metrics",
+                extra={"event": "metrics.site_unavailable"},
+            )
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

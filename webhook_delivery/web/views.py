@@ -42,7 +42,10 @@ def _context(request: HttpRequest) -> dict[str, Any]:
 
 
 def _unavailable(request: HttpRequest, page: str, exc: DatabaseError) -> HttpResponse:
-    logger.warning(f"{page}: Phorge's herald database unavailable", extra={"error": type(exc).__name__})
+    logger.warning(
+        f"{page}: Phorge's herald database unavailable",
+        extra={"event": "page.phorge_unavailable", "page": page, "error": type(exc).__name__},
+    )
     context = {**_context(request), "refresh_sec": UNAVAILABLE_REFRESH_SEC}
     return render(request, "webhook_delivery/unavailable.html", context, status=503)
 
@@ -92,7 +95,10 @@ def _actions(*, hook_phid: str | None = None, request_phid: str | None = None) -
     try:
         found = actions.recent(hook_phid=hook_phid, request_phid=request_phid)
     except DatabaseError as exc:
-        logger.warning("Django's database unavailable for operators' actions", extra={"error": type(exc).__name__})
+        logger.warning(
+            "Django's database unavailable for operators' actions",
+            extra={"event": "page.site_unavailable", "error": type(exc).__name__},
+        )
         return {}
     return {"actions": found, "actions_pending": any(a.state in (actions.PENDING, actions.TAKEN) for a in found)}
 
@@ -122,7 +128,10 @@ def _operator_state(hook_phid: str | None = None, *, hooks: Iterable[HookHealth]
             "lost_to_collection": alert_selectors.lost_total(hook_phid),
         }
     except DatabaseError as exc:
-        logger.warning("Django's database unavailable for alerts and holds", extra={"error": type(exc).__name__})
+        logger.warning(
+            "Django's database unavailable for alerts and holds",
+            extra={"event": "page.site_unavailable", "error": type(exc).__name__},
+        )
         return {}
 
 

@@ -170,7 +170,9 @@ class Worker:
 
     def install_signal_handlers(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
-            logger.warning("not in the main thread: signal handlers not installed")
+            logger.warning(
+                "not in the main thread: signal handlers not installed", extra={"event": "worker.no_signals"}
+            )
             return lambda: None
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 

@@ -142,10 +142,12 @@ class Scheduler:
         for phid in (unsigned - self.misconfigured) & waiting:
             logger.error(
                 "hook has an empty HMAC key: its requests stay queued until a key is set",
-                extra={"hook": phid, "hook_name": hooks[phid].name},
+                extra={"event": "hook.unsigned", "hook": phid, "hook_name": hooks[phid].name},
             )
         for phid in self.misconfigured - unsigned:
-            logger.info("hook has an HMAC key again: delivering its requests", extra={"hook": phid})
+            logger.info(
+                "hook has an HMAC key again: delivering its requests", extra={"event": "hook.signed", "hook": phid}
+            )
         self.misconfigured = unsigned
         metrics.HOOKS_MISCONFIGURED.set(len(unsigned))
         return bool(unsigned & waiting)

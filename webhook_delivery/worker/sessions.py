@@ -2,8 +2,10 @@
 
 Deliveries run on many threads, but they do not each hold a connection:
 
-* `SessionPool`: a few connections shared by every delivery thread, borrowed for one statement at a time
-  (claims, result writes, the breaker query, Phorge lookups);
+* `SessionPool`: a few connections shared by every delivery thread, borrowed for one statement at a time:
+  half of them lent to Django's cursors (the breaker query, Phorge lookups), the others kept for the
+  pool's own statements (claims, result writes), the only connections of the process that take two
+  statements in one round trip;
 * `LockSession`: one connection that holds Phorge's per-hook named locks for the whole process. One
   MariaDB/MySQL session may hold many named locks (MariaDB 10.0.2+, MySQL 5.7+). If that session dies, all
   its locks are gone at once: the session says so once, and every claim carries a check that the hook's
@@ -61,7 +63,8 @@ def _bound(driver: Any, sql: str, params: Mapping[str, Any]) -> bytes:
 
 def _literal(driver: Any, value: Any) -> bytes:
     # What driver.literal() gives for these types, without its dispatch in Python: integers as digits,
-    # text escaped by the C client for the connection's character set.
+    # text escaped by the C client for the connection's character set (tests/db/test_sessions.py holds this
+    # and _bound() to the driver's literal() and a cursor's statement, over hostile values).
     if type(value) is int:
         return b"%d" % value
     if type(value) is str:
@@ -78,12 +81,20 @@ def _new_wrapper(alias: str) -> Any:
 
 
 class SessionPool:
-    """`size` connections, each lent to one thread at a time; a broken one is closed and reopened on next use.
+    """`size` connections, each used by one thread at a time; a broken one is closed and reopened on next use.
 
-    Each connection has a lock of its own: the first free one is taken without waiting, and when none is
-    free the thread waits on one of them in turn. Many delivery threads share few connections, and a queue's
-    condition variable made every hand-over cost more CPU than the statement it waited for. The first free
-    one, not the next in turn: an idle worker's few reads keep using one connection, and only the
+    On MariaDB/MySQL the pool keeps `size // 2` of them for its own statements, sent through the driver's
+    own calls (`change`, `change_twice`: the claims and result writes of every delivery), and lends the
+    others (`connection`: a Django connection, for a cursor). Only those it keeps take several statements
+    in one round trip (`change_twice`), and they are never lent: no statement of Django's, however it was
+    built, reaches a connection that would run a second statement after a `;`. With one connection
+    (GORGE_WEBHOOK_DB_POOL_SIZE=1), or on SQLite, nothing is kept back: `change_twice` then sends its two
+    statements one after the other, with multi-statements off.
+
+    Each connection has a lock of its own: the first free one of its kind is taken without waiting, and when
+    none is free the thread waits on one of them in turn. Many delivery threads share few connections, and
+    a queue's condition variable made every hand-over cost more CPU than the statement it waited for. The
+    first free one, not the next in turn: an idle worker's few reads keep using one connection, and only the
     connections in use are opened and, each CONN_MAX_AGE, opened again (a SimpleQueue, as fast, took them in
     turn: a fifth more statements per idle second).
     """
@@ -94,23 +105,28 @@ class SessionPool:
         self._all = [_new_wrapper(alias) for _ in range(size)]
         self._locks = [threading.Lock() for _ in range(size)]
         self._turn = itertools.count()
-        self._multi: list[Any] = [None] * size  # the driver connection that takes several statements, per slot
+        kept = size // 2 if self.vendor == "mysql" else 0
+        self.lent = range(size - kept)  # the slots `connection` lends
+        self.kept = range(size - kept, size) if kept else self.lent  # the slots of `change` and `change_twice`
+        self.batches = kept > 0  # whether `change_twice` sends its statements in one round trip
+        self._multi: list[Any] = [None] * size  # per kept slot, the driver connection multi-statements are on for
 
     @property
     def vendor(self) -> str:
         return str(self._all[0].vendor)
 
-    def _borrow(self) -> int:
-        for index, lock in enumerate(self._locks):
-            if lock.acquire(blocking=False):
+    def _borrow(self, slots: range) -> int:
+        for index in slots:
+            if self._locks[index].acquire(blocking=False):
                 return index
-        index = next(self._turn) % self.size
+        index = slots[next(self._turn) % len(slots)]
         self._locks[index].acquire()
         return index
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
-        index = self._borrow()
+        """A Django connection of the pool's lent ones, this thread's until the block ends."""
+        index = self._borrow(self.lent)
         wrapper = self._all[index]
         try:
             wrapper.close_if_unusable_or_obsolete()
@@ -123,10 +139,10 @@ class SessionPool:
 
     def change(self, sql: str, params: Mapping[str, Any]) -> tuple[int, int]:
         """One statement that returns no rows (MariaDB/MySQL), sent through the driver's own calls on a
-        pooled connection: (rows it matched, LAST_INSERT_ID()). For the statements of every delivery (the
-        claim and the result write): Django's cursor around them cost as much CPU as the driver.
-        Errors are Django's, as through a cursor."""
-        index = self._borrow()
+        connection the pool keeps: (rows it matched, LAST_INSERT_ID()). For the statements of every
+        delivery (the claim and the result write): Django's cursor around them cost as much CPU as the
+        driver. Errors are Django's, as through a cursor."""
+        index = self._borrow(self.kept)
         wrapper = self._all[index]
         try:
             with wrapper.wrap_database_errors:
@@ -142,26 +158,32 @@ class SessionPool:
     def change_twice(
         self, first: tuple[str, Mapping[str, Any]], second: tuple[str, Mapping[str, Any]]
     ) -> tuple[tuple[int, int], tuple[int, int] | None]:
-        """Two statements as `change` sends one, in one round trip, one after the other, each committed on
-        its own. The first's (rows matched, LAST_INSERT_ID()), and the second's, or None when it failed
-        after the first was done: whether it took is then not known (its connection is closed)."""
-        index = self._borrow()
+        """Two statements as `change` sends one, in one round trip (`batches`), one after the other, each
+        committed on its own. The first's (rows matched, LAST_INSERT_ID()), and the second's, or None when it
+        failed after the first was done: whether it took is then not known (its connection is closed)."""
+        index = self._borrow(self.kept)
         wrapper = self._all[index]
         try:
             try:
                 with wrapper.wrap_database_errors:
                     driver = self._driver(wrapper)
-                    if self._multi[index] is not driver:
-                        driver.set_server_option(MULTI_STATEMENTS_ON)  # on this connection only
-                        self._multi[index] = driver
-                    driver.query(_bound(driver, *first) + b";" + _bound(driver, *second))
+                    if not self.batches:
+                        driver.query(_bound(driver, *first))
+                    else:
+                        if self._multi[index] is not driver:
+                            driver.set_server_option(MULTI_STATEMENTS_ON)  # on this kept connection only
+                            self._multi[index] = driver
+                        driver.query(_bound(driver, *first) + b";" + _bound(driver, *second))
                     done = int(driver.affected_rows()), int(driver.insert_id())
             except DatabaseError:
                 self._failed(wrapper)
                 raise
             try:
                 with wrapper.wrap_database_errors:
-                    driver.next_result()
+                    if self.batches:
+                        driver.next_result()
+                    else:
+                        driver.query(_bound(driver, *second))
                     return done, (int(driver.affected_rows()), int(driver.insert_id()))
             except DatabaseError:
                 self._failed(wrapper)

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webhook_delivery.management.options import max_concurrent, poll_interval_ms, port
+from webhook_delivery.sidetasks import SideTask
 
 # --once exits with these when it could deliver nothing for a reason an operator must fix (docs/operate/handover.md).
 EXIT_PAUSED = 3  # Phorge's silent mode unknown: its settings are not given, or cannot be read
 EXIT_DATABASE = 4  # Phorge's herald database did not answer
+EXIT_SIDE_TASK = 5  # the alert watcher (--watch) kept dying: given up, the worker stopped (sidetasks.py)
 
 
 class Command(BaseCommand):
@@ -50,24 +51,28 @@ class Command(BaseCommand):
             once=options["once"],
         )
         restore = worker.install_signal_handlers()  # before anything can see us up and send SIGTERM
-        watching = threading.Event()
+        watcher: SideTask | None = None
         if (options["watch"] or settings.GORGE_ALERT.in_worker) and not options["once"]:
             from webhook_delivery.alerts.watcher import Watcher
 
             # A thread of its own with its own connections: notifications never wait on deliveries, nor
             # deliveries on a channel; several workers watching still notify each condition once.
-            threading.Thread(target=Watcher().run_forever, args=(watching,), name="alert-watcher", daemon=True).start()
+            watcher = SideTask("alert-watcher", lambda stop: Watcher().run_forever(stop), on_give_up=worker.stop)
+            watcher.start()
         try:
             if options["metrics_port"]:
                 from prometheus_client import start_http_server
 
                 start_http_server(options["metrics_port"], addr=options["metrics_addr"])
             worker.run(handle_signals=False)
+            if watcher is not None and watcher.given_up:
+                raise CommandError("the alert watcher kept dying (see side_task.gave_up)", returncode=EXIT_SIDE_TASK)
             if options["once"]:
                 for line in worker.summary():
                     self.stdout.write(line)
                 if (why := worker.blocked()) is not None:
                     raise CommandError(why, returncode=EXIT_PAUSED if worker.paused is not None else EXIT_DATABASE)
         finally:
-            watching.set()
+            if watcher is not None:
+                watcher.stop()
             restore()

@@ -41,7 +41,7 @@ class Command(BaseCommand):
         config = settings.GORGE_ALERT
         watcher = Watcher(config)
         if options["test"]:
-            if not config.channels:
+            if not watcher.channels.names:
                 raise CommandError(
                     "no alert channel configured (GORGE_ALERT_EMAIL_TO, GORGE_ALERT_WEBHOOK_URL, GORGE_ALERT_URLS, "
                     "GORGE_ALERT_PHORGE_TOKEN)"
@@ -56,7 +56,7 @@ class Command(BaseCommand):
             if failed:
                 raise CommandError("a test message could not be sent", returncode=1)
             return
-        if not config.channels:
+        if not watcher.channels.names:
             self.stderr.write("warning: no alert channel configured: conditions are recorded, nobody is told")
         if options["once"]:
             result = watcher.tick()

@@ -1,0 +1,28 @@
+"""alerts/config.py: GORGE_ALERT_* numbers beyond their range are refused at start, naming the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from webhook_delivery.alerts.config import AlertConfig, load_alert_config
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "GORGE_ALERT_CHANNEL_TIMEOUT_SEC",
+        "GORGE_ALERT_GC_HOURS",
+        "GORGE_ALERT_INTERVAL_SEC",
+        "GORGE_ALERT_FAILING_MINUTES",
+        "GORGE_ALERT_WORKER_DEAD_SEC",
+        "GORGE_ALERT_PHP_HOLD_SEC",
+    ],
+)
+@pytest.mark.parametrize(
+    "value", ["1e300", "inf", "nan", "0", "-5", "1e-300", "0.5", "\u0661\u0665", "1_0", "\uff11\uff15", " 1e1"]
+)
+def test_alert_numbers_beyond_their_range_are_refused_at_start(name: str, value: str) -> None:
+    loaded, errors = load_alert_config({name: value})
+    assert [error.variable for error in errors] == [name]
+    assert "expected a number from 1 to " in str(errors[0]) and repr(value.strip()) in str(errors[0])
+    assert loaded == AlertConfig()
