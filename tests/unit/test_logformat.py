@@ -14,9 +14,6 @@ PACKAGE = ROOT / "webhook_delivery"
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
 # Helpers that build a call's `extra` with its event key (phorge_auth/events.py).
 EVENT_HELPERS = {"events.about", "events.event"}
-# Files of the other half of issue 42 (the delivery path), which add their keys there: remove a file from
-# here once its lines have them (test_the_files_let_off_are_exactly_those_still_lacking_keys says when).
-LET_OFF = {"worker/job.py", "worker/results.py"}
 
 
 def _receiver(call: ast.Call) -> str:
@@ -62,12 +59,7 @@ def unkeyed() -> dict[str, list[int]]:
 
 
 def test_every_log_call_has_an_event_key() -> None:
-    missing = {path: lines for path, lines in unkeyed().items() if path not in LET_OFF}
-    assert missing == {}
-
-
-def test_the_files_let_off_are_exactly_those_still_lacking_keys() -> None:
-    assert set(unkeyed()) == LET_OFF
+    assert unkeyed() == {}
 
 
 def test_the_check_sees_calls_with_and_without_a_key(tmp_path: Path) -> None:

@@ -170,12 +170,15 @@ class JobRunner:
                 logger.error(
                     "the master holding Phorge's hook locks does not answer: delivering without the locks (PHP's "
                     "workers cannot take them either; a claim still makes each request one call)",
-                    extra={"lock_database": self.locks.alias},
+                    extra={"event": "locks.unavailable", "lock_database": self.locks.alias},
                 )
             return UNLOCKED
         if self._unlocked and token is not None:
             self._unlocked = False
-            logger.info("Phorge's hook locks are taken again", extra={"lock_database": self.locks.alias})
+            logger.info(
+                "Phorge's hook locks are taken again",
+                extra={"event": "locks.available", "lock_database": self.locks.alias},
+            )
         return token
 
     def _in_backoff(self, hook_phid: str, result: JobResult) -> bool:

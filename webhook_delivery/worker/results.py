@@ -53,14 +53,17 @@ class Results:
                     )
                 if written is None:
                     self.counters.record("degraded.claim_lost_before_write")
-                    logger.warning("claim expired before the result was written", extra={"request": row.phid})
+                    logger.warning(
+                        "claim expired before the result was written",
+                        extra={"event": "result.claim_expired", "request": row.phid},
+                    )
                 return written
             except DatabaseError:
                 self.counters.record("degraded.result_write_retry")
                 if time.monotonic() + delay > give_up:
                     logger.error(
                         "result could not be written before the lease ran out; the request will be retried",
-                        extra={"request": row.phid},
+                        extra={"event": "result.unwritten", "request": row.phid},
                     )
                     return None
                 time.sleep(delay)
