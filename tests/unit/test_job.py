@@ -1,53 +1,27 @@
-"""The job, the scheduler and the loop without a database server: the worker's parts in memory
-(webhook_delivery/worker/twins.py, whose store keeps store.Store's contract: tests/support/store_contract.py,
-run on both stores), its deliveries real HTTP calls to the suite's receiver. Part of `make unit`."""
+"""One hook's job (worker/job.py, its pipeline worker/pipeline.py) on the worker's parts in memory
+(tests/support/twin_worker.py): real HTTP calls to the suite's receiver, no database server."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import threading
 import time
 from typing import Any
 
 import pytest
 
 from tests.support.receiver import Receiver
+from tests.support.twin_worker import FOREVER, HOOK, NOW, worker
 from tests.support.waiting import wait_for
-from webhook_delivery.config import DeliveryConfig
 from webhook_delivery.phorge.locks import webhook_lock_name
 from webhook_delivery.worker import job as job_module
 from webhook_delivery.worker.job import Job
-from webhook_delivery.worker.loop import Worker
-from webhook_delivery.worker.metrics import Counters
-from webhook_delivery.worker.scheduling import Lane, Lanes, Scheduler
-from webhook_delivery.worker.twins import MemoryHolds, MemoryStore, memory_parts
-
-NOW = 1_764_620_000
-HOOK = "PHID-HWBH-twintwintwintwintwi"
-OTHER = "PHID-HWBH-othrothrothrothrothr"
-FOREVER = json.dumps({"retry": "forever", "transactionPHIDs": [], "triggerPHIDs": [HOOK]})
-
-
-def config(**changes: Any) -> DeliveryConfig:
-    base = DeliveryConfig(
-        silent=False, outbound_blacklist=(), outbound_blacklist_from_env=True, delivery_timeout=3.0, attempt_log=False
-    )
-    return dataclasses.replace(base, **changes)
-
-
-def worker(store: MemoryStore, **changes: Any) -> Worker:
-    settings = config(**changes)
-    return Worker(settings, memory_parts(settings, store), once=True, poll_interval_ms=10)
+from webhook_delivery.worker.twins import MemoryStore
 
 
 @pytest.fixture
 def receiver() -> Any:
     with Receiver() as running:
         yield running
-
-
-# -- the job -------------------------------------------------------------------------------------------
 
 
 def test_a_job_sends_its_hooks_rows_in_order_and_writes_each_result(receiver: Receiver) -> None:
@@ -254,100 +228,3 @@ def test_a_claim_whose_round_trip_failed_after_the_write_is_found_out_by_its_own
     else:  # its own claim wins: delivered in this job
         assert sent == ids and "claims_lost" not in w.counters.values
     assert len(receiver.requests) == len(sent), "nothing sent twice, nothing sent unclaimed"
-
-
-# -- the scheduler -------------------------------------------------------------------------------------
-
-
-def test_failing_hooks_get_at_most_a_quarter_and_new_ones_three_quarters() -> None:
-    lanes = Lanes(8)
-    for n in range(8):
-        if lanes.admits(Lane.FAILING):
-            lanes.start(Lane.FAILING, f"failing{n}")
-    assert lanes.running[Lane.FAILING] == 2
-    for n in range(8):
-        if lanes.admits(Lane.NEW):
-            lanes.start(Lane.NEW, f"new{n}")
-    assert lanes.running[Lane.NEW] == 4, "with the failing ones, three quarters"
-    assert lanes.admits(Lane.ANSWERING) and not lanes.admits(Lane.NEW)
-
-
-def test_the_scheduler_keeps_one_job_per_hook_and_skips_held_locked_and_backed_off_hooks() -> None:
-    now = [NOW]
-    scheduler = Scheduler(4, estimated_now=lambda: now[0], counters=Counters())
-    job = Job(HOOK, None, [])
-    scheduler.start(job, Lane.NEW)
-    assert not scheduler.schedulable(HOOK) and scheduler.schedulable(OTHER)
-    from webhook_delivery.worker.job import JobResult
-    from webhook_delivery.worker.window import Settlement
-
-    scheduler.finish(job, JobResult(Settlement(HOOK, []), lock_busy=True))
-    assert not scheduler.schedulable(HOOK), "its lock is busy elsewhere: skipped a moment"
-    assert scheduler.lock_busy() == [HOOK]
-    scheduler.start(Job(OTHER, None, []), Lane.NEW)
-    scheduler.finish(Job(OTHER, None, []), JobResult(Settlement(OTHER, []), backoff_until=NOW + 60))
-    assert not scheduler.schedulable(OTHER)
-    now[0] = NOW + 61
-    assert scheduler.schedulable(OTHER), "out of Phorge's backoff once its window has passed"
-    scheduler.hold(frozenset({OTHER}))
-    assert not scheduler.schedulable(OTHER)
-    order = scheduler.order([(5, "PHID-HWBH-a", "fail"), (3, "PHID-HWBH-b", "none")])
-    assert order == [("PHID-HWBH-a", Lane.FAILING), ("PHID-HWBH-b", Lane.NEW)], "failing first: they are capped"
-
-
-# -- the loop ------------------------------------------------------------------------------------------
-
-
-def test_a_once_run_delivers_everything_due_and_leaves_what_is_held(receiver: Receiver) -> None:
-    store = MemoryStore(NOW)
-    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
-    store.add_hook(OTHER, uri=receiver.url("/held/ok"))
-    sent = [store.add_request(HOOK, created=NOW - 5) for _ in range(20)]
-    held = store.add_request(OTHER, created=NOW - 5)
-    w = worker(store)
-    w.parts.holds = MemoryHolds({OTHER})
-    w.holds = w.parts.holds
-    assert w.run() == 0
-    assert all(store.rows[i].status == "sent" for i in sent) and store.rows[held].status == "queued"
-    assert {r.path for r in receiver.requests} == {"/ok/ok"}
-    assert any("held hook" in line for line in w.summary())
-    assert w.heartbeat.stopped == "clean"  # type: ignore[attr-defined]
-
-
-def test_the_loop_delivers_nothing_while_silent_mode_is_unknown(receiver: Receiver) -> None:
-    store = MemoryStore(NOW)
-    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
-    row_id = store.add_request(HOOK, created=NOW - 5)
-    w = worker(store, silent=None)
-    w.run()
-    assert not receiver.requests and store.claims == 0
-    assert (w.blocked() or "").startswith("nothing delivered: phabricator.silent is unknown")
-    assert store.rows[row_id].status == "queued"
-
-
-def test_silent_mode_fails_the_backlog_for_good_without_a_call(receiver: Receiver) -> None:
-    store = MemoryStore(NOW)
-    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
-    row_id = store.add_request(HOOK, FOREVER, created=NOW - 5)
-    worker(store, silent=True).run()
-    row = store.rows[row_id]
-    assert not receiver.requests and (row.status, row.last_result) == ("failed", "none")
-    assert row.properties is not None and row.properties.endswith('"errorType":"hook","errorCode":"silent"}')
-
-
-def test_stop_lets_the_calls_in_flight_finish_and_records_a_clean_stop() -> None:
-    with Receiver(slow_seconds=0.3) as receiver:
-        store = MemoryStore(NOW)
-        store.add_hook(HOOK, uri=receiver.url("/slow/slow"))
-        ids = [store.add_request(HOOK, created=NOW - 5) for _ in range(50)]
-        settings = config()
-        w = Worker(settings, memory_parts(settings, store), poll_interval_ms=10)
-        runner = threading.Thread(target=w.run, kwargs={"handle_signals": False})
-        runner.start()
-        wait_for(lambda: receiver.requests, 10, "a call in flight", every=0.01)
-        w.stop()
-        runner.join(10)
-        assert not runner.is_alive()
-    sent = [i for i in ids if store.rows[i].status == "sent"]
-    assert 1 <= len(sent) < 50 and store.writes == len(sent) == len(receiver.requests), "every call written"
-    assert w.heartbeat.stopped == "clean"  # type: ignore[attr-defined]
