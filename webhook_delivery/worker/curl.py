@@ -32,9 +32,15 @@ from ..config import IPNetwork
 from ..phorge.netguard import IPAddress, is_blocked, parse_ip
 from ..phorge.rawanswer import GzipCheck, final_head, gzdecodes, strip_redirects
 
-# Real deliveries by Phorge's daemons carry this agent (libcurl 7.88.1 is Debian 12's); some receivers
-# filter on it, so we send what PHP sends.
-USER_AGENT = "Arcanist/1.0 cURL/7.88.1"
+LIBCURL_VERSION = str(pycurl.version_info()[1])  # what PHP's curl_version() says on the same system
+# HTTPSFuture's agent names the libcurl PHP runs on ("Arcanist/1.0 cURL/7.88.1" on Debian 12, as in Phorge's
+# captures); some receivers filter on it, so we send what PHP sends. It forces HTTP/1.1 below libcurl 8.4.0.
+USER_AGENT = f"Arcanist/1.0 cURL/{LIBCURL_VERSION}"
+HTTP_VERSION = (
+    pycurl.CURL_HTTP_VERSION_1_1
+    if tuple(int(part) for part in LIBCURL_VERSION.split(".")[:3] if part.isdigit()) < (8, 4, 0)
+    else pycurl.CURL_HTTP_VERSION_NONE
+)
 MAX_REDIRECTS = 20
 IDLE_HANDLES = 128  # hooks whose handle (and kept connections) stay open between jobs; the least recent goes
 CONNECTIONS_PER_HANDLE = 1  # the connection of a hook's last request: the one whose socket is checked
@@ -151,7 +157,7 @@ class _Handle:
             (pycurl.MAXREDIRS, MAX_REDIRECTS),
             (pycurl.SSL_VERIFYPEER, 1),
             (pycurl.SSL_VERIFYHOST, 2),
-            (pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1),
+            (pycurl.HTTP_VERSION, HTTP_VERSION),
             (pycurl.USERAGENT, USER_AGENT),
             (pycurl.PROXY, ""),  # never a proxy from the environment: the address checked is the one called
             (pycurl.MAXCONNECTS, CONNECTIONS_PER_HANDLE),
