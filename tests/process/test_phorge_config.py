@@ -23,7 +23,7 @@ from tests.support.helpers import PHORGE_DB, Phorge, with_event, worker_env, wri
 from tests.support.phorge_app_db import AppDatabases
 from tests.support.processes import ROOT, manage
 from tests.support.receiver import Receiver
-from tests.support.urlwalk import every_page
+from tests.support.urlwalk import DEEP, assert_every_page_stands
 from tests.support.waiting import wait_for
 from webhook_delivery.phorge.locks import webhook_lock_name
 from webhook_delivery.worker.loop import build_worker
@@ -180,20 +180,6 @@ def _once(**env: str) -> subprocess.CompletedProcess[str]:
     from tests.support.processes import manage
 
     return manage("deliver_webhooks", "--once", env=worker_env(**env), ok=False)
-
-
-DEEP = "[" * 100_000 + "]" * 100_000
-
-
-def assert_every_page_stands(client: Any) -> None:
-    broken = []
-    for path in every_page():
-        response = client.get(path, headers={"X-Service-Token": "t0ken"})
-        if response.status_code >= 500 and not (path == "/readyz" and response.status_code == 503):
-            broken.append((path, response.status_code))
-    assert broken == []
-    ready = client.get("/readyz")
-    assert ready.status_code in (200, 503) and json.loads(ready.content)["status"] in ("ok", "unavailable")
 
 
 @PHORGE_DB

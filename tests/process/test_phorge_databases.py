@@ -11,20 +11,7 @@ from tests.support.helpers import PHORGE_DB, Phorge, random_phid, worker_env
 from tests.support.phorge_app_db import AppDatabases
 from tests.support.processes import manage
 from tests.support.receiver import Receiver
-from tests.support.urlwalk import every_page
-
-DEEP = "[" * 100_000 + "]" * 100_000
-
-
-def assert_every_page_stands(client: Any) -> None:
-    broken = []
-    for path in every_page():
-        response = client.get(path, headers={"X-Service-Token": "t0ken"})
-        if response.status_code >= 500 and not (path == "/readyz" and response.status_code == 503):
-            broken.append((path, response.status_code))
-    assert broken == []
-    ready = client.get("/readyz")
-    assert ready.status_code in (200, 503) and json.loads(ready.content)["status"] in ("ok", "unavailable")
+from tests.support.urlwalk import DEEP, assert_every_page_stands
 
 
 @PHORGE_DB

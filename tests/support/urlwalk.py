@@ -4,6 +4,7 @@ index checks by being missing from a hand-kept list. A route whose arguments the
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -97,3 +98,20 @@ def every_page(*, refuse_unknown: bool = True) -> list[str]:
 
 def is_public(path: str) -> bool:
     return any(path == reverse(name) for name in PUBLIC)
+
+
+# A JSON text nested deeper than any parser's recursion: read where the site reads Phorge's rows, it must be
+# a problem said, never a crash.
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def assert_every_page_stands(client: Any) -> None:
+    """No page of the site answers a server error (the readiness probe may say it is unavailable)."""
+    broken = []
+    for path in every_page():
+        response = client.get(path, headers={"X-Service-Token": "t0ken"})
+        if response.status_code >= 500 and not (path == "/readyz" and response.status_code == 503):
+            broken.append((path, response.status_code))
+    assert broken == []
+    ready = client.get("/readyz")
+    assert ready.status_code in (200, 503) and json.loads(ready.content)["status"] in ("ok", "unavailable")

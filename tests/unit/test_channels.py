@@ -1,6 +1,6 @@
-"""alerts/channels.py, database-free: a chat or SMTP server that trickles or answers without end costs one
-channel timeout and a bounded read; a subject that is not ASCII is folded as one header (the rest:
-tests/db/test_channels.py, tests/process/test_channels.py)."""
+"""alerts/channels.py, database-free: an SMTP server that trickles costs one channel timeout; a subject that
+is not ASCII is folded as one header (the rest: tests/db/test_channels.py; the chat webhook:
+tests/unit/test_apprise_channels.py)."""
 
 from __future__ import annotations
 
@@ -12,34 +12,14 @@ from typing import Any
 import pytest
 
 from tests.support.alert_channels import channel_config, configure_email
-from tests.support.rawserver import RawServer, endless_http, trickling_http
-from webhook_delivery.alerts.channels import ChannelError, send_chat, send_email
+from tests.support.rawserver import RawServer
+from webhook_delivery.alerts.channels import ChannelError, send_email
 
 
 def trickling_smtp(sock: socket.socket) -> None:
     for byte in b"220 mail.example ESMTP ready, slowly\r\n" * 100:
         sock.sendall(bytes([byte]))
         time.sleep(0.3)
-
-
-def test_a_trickling_chat_server_costs_one_channel_timeout() -> None:
-    with RawServer(trickling_http) as server:
-        started = time.monotonic()
-        with pytest.raises(ChannelError, match=r"no complete answer within 1\.5 s"):
-            send_chat(channel_config(chat_url=f"http://127.0.0.1:{server.port}/hook"), "s", "b")
-        assert time.monotonic() - started < 4
-
-
-def test_an_endless_chat_answer_is_cut_off_and_read_only_so_far() -> None:
-    import resource
-
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with RawServer(endless_http) as server:
-        started = time.monotonic()
-        send_chat(channel_config(chat_url=f"http://127.0.0.1:{server.port}/hook"), "s", "b")  # 200: accepted
-        assert time.monotonic() - started < 4
-    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    assert grown_mb < 50, f"the answer was kept in memory: +{grown_mb:.0f} MB"
 
 
 def test_a_trickling_smtp_server_costs_one_channel_timeout(settings: Any) -> None:

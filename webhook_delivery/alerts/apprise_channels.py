@@ -1,5 +1,6 @@
 """Any chat through Apprise (GORGE_ALERT_URLS): each URL a channel of its own, sent on by sending.py like the
-others (a lease, a thread, backoff, refusals given up).
+others (a lease, a thread, backoff, refusals given up). The chat webhook (GORGE_ALERT_WEBHOOK_URL) is one
+more Apprise send: its JSON plugin, posting only `{"text": ...}` (`chat_plugin`).
 
 A URL is a secret (a token is the host part of many of them: `slack://T.../B.../x...`, `tgram://<bot token>/`),
 so it is named by its scheme and its host, the host only where Apprise's service takes a host there
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +35,8 @@ import requests
 
 from .. import outbound
 from . import markup
-from .channels import ChannelError
+from .channels import ChannelError, chat_text
+from .config import AlertConfig
 
 ANSWER_BYTES = 64 * 1024
 # Apprise plugin modules that open sockets of their own (read from Apprise 2.3.0's plugins: these import
@@ -170,16 +173,56 @@ def problems(urls: tuple[str, ...]) -> list[str]:
     ]
 
 
+# Apprise's JSON plugin sending only `{"text": ...}`: its message renamed, its other fields dropped.
+CHAT_PAYLOAD = {"message": "text", "version": "", "title": "", "attachments": "", "type": ""}
+
+
+def chat_plugin(url: str) -> Any:
+    """GORGE_ALERT_WEBHOOK_URL as Apprise's JSON plugin posting the incoming-webhook JSON Slack and Mattermost
+    accept, to exactly that URL; raises ChannelError (nothing of the URL said) when it cannot be read."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ChannelError("not a URL (GORGE_ALERT_WEBHOOK_URL)", refused=True) from None
+    host = parts.hostname or ""
+    if not host:
+        raise ChannelError("no host (GORGE_ALERT_WEBHOOK_URL)", refused=True)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    from apprise.plugins.custom_json import NotifyJSON  # loaded with Apprise, on first use
+
+    return NotifyJSON(  # type: ignore[no-untyped-call]
+        asset=_asset(),
+        secure=parts.scheme.lower() == "https",
+        host=f"[{host}]" if ":" in host else host,
+        port=port,
+        user=parts.username,  # as written in the URL: Apprise unquotes them
+        password=parts.password,
+        fullpath=target,  # as written: the JSON plugin sends its own `fullpath` unchanged
+        payload=CHAT_PAYLOAD,
+    )
+
+
+def send_chat(config: AlertConfig, subject: str, body: str) -> None:
+    """One message to the chat webhook, bounded as every Apprise send is: `{"text": <body>}`, as it always was
+    (the body opens with what the subject says)."""
+    del subject
+    _notify(chat_plugin(config.chat_url), config.channel_timeout_sec, "", chat_text(body))
+
+
 def send(target: AppriseTarget, timeout: float, subject: str, body: str) -> None:
     """One message through Apprise, bounded in total by `timeout` (the channel timeout); raises ChannelError."""
-    apprise = _apprise()
     plugin = _plugin(target.url)
     if plugin is None:
         raise ChannelError("not a URL Apprise knows", refused=True)
     # Rendered here for what the plugin sends, and declared so: Apprise converts nothing (markup.py).
-    form = plugin.resolve_format(apprise.NotifyFormat.TEXT)
+    form = plugin.resolve_format(_apprise().NotifyFormat.TEXT)
     family = _module(plugin)
-    body, subject = markup.render(family, form.value, body), markup.render(family, form.value, subject)
+    _notify(plugin, timeout, markup.render(family, form.value, subject), markup.render(family, form.value, body))
+
+
+def _notify(plugin: Any, timeout: float, subject: str, body: str) -> None:
+    form = plugin.resolve_format(_apprise().NotifyFormat.TEXT)
     plugin.redirects = False  # Apprise's own switch: its plugins ask requests to follow none either
     _route()
     with outbound.bounded_requests(timeout, ANSWER_BYTES) as call:

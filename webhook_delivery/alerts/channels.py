@@ -1,10 +1,10 @@
-"""E-mail through Django's e-mail backend, and a Slack/Mattermost-style chat webhook (the other channels:
-apprise_channels.py, phorge_tasks.py).
+"""E-mail through Django's e-mail backend, and what every channel shares: its limits, its error and the chat
+webhook's text (the other channels: apprise_channels.py, the chat webhook among them, and phorge_tasks.py).
 
 Each send is bounded in total by the channel timeout (outbound.Watchdog: a server that trickles cannot
-stretch it) and reads at most CHAT_ANSWER_BYTES of an answer. Errors are described by kind only (an
-exception's class, an HTTP status): a requests error names its URL, and the chat URL is a secret.
-`ChannelError.refused` tells a channel that refuses what it was given (a 4xx answer) from one that is down.
+stretch it). Errors are described by kind only (an exception's class, an SMTP code or an HTTP status): a
+library's error may name its URL, and a chat URL is a secret. `ChannelError.refused` tells a channel that
+refuses what it was given (a 4xx or 5xx SMTP answer, a 4xx HTTP one) from one that is down.
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ from typing import Any
 from django.core.mail import EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend
 
-from ..outbound import OutboundError, WatchedSMTP, WatchedSMTPSSL, post, watched
+from ..outbound import WatchedSMTP, WatchedSMTPSSL, watched
 from .config import AlertConfig
-
-CHAT_ANSWER_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -90,16 +88,3 @@ def chat_text(body: str) -> str:
     """The message as Slack and Mattermost must get it: &, < and > escaped (their markup, and Slack's
     <!channel> and <url|label>, start with them). Phorge's text in it was neutralised by messages.plain()."""
     return body.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def send_chat(config: AlertConfig, subject: str, body: str) -> None:
-    timeout = config.channel_timeout_sec
-    try:
-        answer = post(config.chat_url, json={"text": chat_text(body)}, timeout=timeout, max_bytes=CHAT_ANSWER_BYTES)
-    except OutboundError as exc:
-        raise ChannelError(str(exc)) from None
-    if 300 <= answer.status < 400:
-        raise ChannelError(f"HTTP {answer.status}: a redirect, not followed")  # outbound.post follows none
-    if not 200 <= answer.status < 300:
-        refused = 400 <= answer.status < 500 and answer.status not in (408, 429)
-        raise ChannelError(f"HTTP {answer.status}", refused=refused)

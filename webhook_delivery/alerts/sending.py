@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from django.db.models import Q
 
 from . import apprise_channels, metrics
-from .channels import LIMITS, ChannelError, Limits, send_chat, send_email
+from .channels import LIMITS, ChannelError, Limits, send_email
 from .config import PHORGE_CHANNEL, AlertConfig
 from .digests import Digest, Note
 from .digests import digests as split_digests
@@ -85,7 +85,7 @@ def outlets(config: AlertConfig) -> dict[str, Outlet]:
     if config.email_to:
         found["email"] = Digests(LIMITS["email"], functools.partial(send_email, config))
     if config.chat_url:
-        found["chat"] = Digests(LIMITS["chat"], functools.partial(send_chat, config))
+        found["chat"] = Digests(LIMITS["chat"], functools.partial(apprise_channels.send_chat, config))
     for target in apprise_channels.targets(config.apprise_urls) if config.apprise_urls else ():
         timeout = config.channel_timeout_sec
         found[target.name] = Digests(LIMITS["chat"], functools.partial(apprise_channels.send, target, timeout))

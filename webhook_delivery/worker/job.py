@@ -38,7 +38,7 @@ from .memory import release_free_memory
 from .metrics import Counters, Event
 from .parts import HookLocks, QueueStore
 from .php_watch import PhpWatch
-from .pipeline import AHEAD_JOBS, Claimed, Finish, Inline, Lost, Overlapped, Pipeline
+from .pipeline import AHEAD_JOBS, Claimed, Finish, Inline, JobSteps, Lost, Overlapped, Pipeline
 from .results import UNREADABLE, Results
 from .sessions import LockLost
 from .source import Settlement
@@ -289,21 +289,8 @@ class JobRunner:
         def released() -> None:
             self.counters.record("claims_released")
 
-        if self._running <= AHEAD_JOBS:
-            return Overlapped(
-                executor=self._writer,
-                store=self.store,
-                store_claim=self._store_claim,
-                claim_now=claim_now,
-                claim_lock=claim_lock,
-                write=self.results.write,
-                settle=settle,
-                released=released,
-                settlement=result.settlement,
-            )
-        return Inline(
+        steps = JobSteps(
             store=self.store,
-            config=self.config,
             claim_now=claim_now,
             claim_lock=claim_lock,
             write=self.results.write,
@@ -311,6 +298,9 @@ class JobRunner:
             released=released,
             settlement=result.settlement,
         )
+        if self._running <= AHEAD_JOBS:
+            return Overlapped(steps, executor=self._writer, store_claim=self._store_claim)
+        return Inline(steps, config=self.config)
 
     def _store_claim(self, row: RequestRow, lock: tuple[str, int] | None) -> int | None:
         return self.store.claim(

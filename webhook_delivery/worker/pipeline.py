@@ -160,31 +160,44 @@ class _Ahead:
         return released
 
 
+@dataclass(frozen=True)
+class JobSteps:
+    """What both strategies are given by the job: its store, its own claim of a row, whether a row may be
+    claimed beside its steps (and the lock that claim checks), the result's write, what a written result
+    means, the count of claims taken back, and what the window learns of its rows."""
+
+    store: QueueStore
+    claim_now: ClaimNow
+    claim_lock: Callable[[RequestRow], tuple[bool, tuple[str, int] | None]]
+    write: Write
+    settle: Settle
+    released: Callable[[], None]
+    settlement: Settlement
+
+    def take_back(self, ahead: _Ahead | None, *, tell_window: bool) -> bool:
+        """A claim made ahead taken back (counted), True when the row is as it was."""
+        if ahead is None:
+            return False
+        released = ahead.release(self.store, self.settlement if tell_window else None)
+        if released:
+            self.released()
+        return released
+
+
 class Overlapped:
     """Few jobs running: writes and the next claim on helper threads, beside the job's call."""
 
     def __init__(
         self,
+        steps: JobSteps,
         *,
         executor: ThreadPoolExecutor,
-        store: QueueStore,
         store_claim: Callable[[RequestRow, tuple[str, int] | None], int | None],
-        claim_now: ClaimNow,
-        claim_lock: Callable[[RequestRow], tuple[bool, tuple[str, int] | None]],
-        write: Write,
-        settle: Settle,
-        released: Callable[[], None],
-        settlement: Settlement,
     ) -> None:
-        self._settlement = settlement
+        self._steps = steps
         self._executor = executor
-        self._store = store
-        self._claim_now = claim_now
-        self._claim_lock = claim_lock  # whether a claim may be made ahead, and the lock it checks
-        self._write = write
-        self._writes = _Writes(executor, settle)
-        self._released = released
         self._store_claim = store_claim
+        self._writes = _Writes(executor, steps.settle)
         self._ahead: _Ahead | None = None
         self._answered = False
 
@@ -195,17 +208,16 @@ class Overlapped:
             if isinstance(claimed, Lost) or time.monotonic() - claimed.at <= AHEAD_MAX_AGE_SEC:
                 return claimed
             # The call before took long: this one's deadline would be short. Claimed again, below.
-            if ahead.release(self._store, None):
-                self._released()
+            if self._steps.take_back(ahead, tell_window=False):
                 pending.appendleft(ahead.row)
             else:
-                self._settlement.claimed.append(ahead.row.id)  # it waits out its claim
-        return self._claim_now(pending.popleft()) if pending else None
+                self._steps.settlement.claimed.append(ahead.row.id)  # it waits out its claim
+        return self._steps.claim_now(pending.popleft()) if pending else None
 
     def before_call(self, pending: deque[RequestRow]) -> None:
         """Once the hook has answered, its next row is claimed while this call runs."""
         if self._answered and pending and pending[0].properties is not None:
-            may, lock = self._claim_lock(pending[0])
+            may, lock = self._steps.claim_lock(pending[0])
             if may:
                 row = pending.popleft()
                 self._ahead = _Ahead(row, self._executor.submit(self._claim, row, lock))
@@ -215,15 +227,14 @@ class Overlapped:
 
     def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> None:
         row, version, at, written = claimed.row, claimed.version, claimed.at, finish.written()
-        write = lambda: self._write(row, version, at, written)  # noqa: E731
+        write = lambda: self._steps.write(row, version, at, written)  # noqa: E731
         self._writes.start(row, finish.outcome, write, here=claimed.large)
         self._answered = self._answered or finish.outcome.result == "okay"
 
     def close(self) -> None:
         ahead, self._ahead = self._ahead, None
         try:
-            if ahead is not None and ahead.release(self._store, self._settlement):
-                self._released()
+            self._steps.take_back(ahead, tell_window=True)
         finally:
             self._writes.settle()
 
@@ -232,48 +243,32 @@ class Inline:
     """Many jobs running: everything on the job's thread, the next row's claim in the round trip of the
     result's write."""
 
-    def __init__(
-        self,
-        *,
-        store: QueueStore,
-        config: DeliveryConfig,
-        claim_now: ClaimNow,
-        claim_lock: Callable[[RequestRow], tuple[bool, tuple[str, int] | None]],
-        write: Write,
-        settle: Settle,
-        released: Callable[[], None],
-        settlement: Settlement,
-    ) -> None:
-        self._settlement = settlement
-        self._released = released
-        self._store = store
+    def __init__(self, steps: JobSteps, *, config: DeliveryConfig) -> None:
+        self._steps = steps
         self._config = config
-        self._claim_now = claim_now
-        self._claim_lock = claim_lock  # whether a claim may be made with the write, and the lock it checks
-        self._write = write
-        self._settle = settle
         self._ahead: _Ahead | None = None
 
     def next(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
         if self._ahead is not None:
             ahead, self._ahead = self._ahead, None
             return ahead.claimed()
-        return self._claim_now(pending.popleft()) if pending else None
+        return self._steps.claim_now(pending.popleft()) if pending else None
 
     def before_call(self, pending: deque[RequestRow]) -> None:
         pass
 
     def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> None:
+        steps = self._steps
         row, version, at, written = claimed.row, claimed.version, claimed.at, finish.written()
         following = self._following(finish.outcome, pending)
         if following is None:
-            self._settle(row, finish.outcome, self._write(row, version, at, written))
+            steps.settle(row, finish.outcome, steps.write(row, version, at, written))
             return
         next_row, lock = following
         made: list[tuple[int | None, float]] = []
 
         def write_then_claim(written_row: RequestRow, written_version: int, outcome: WrittenOutcome) -> int | None:
-            result, won, known = self._store.write_then_claim(
+            result, won, known = steps.store.write_then_claim(
                 (written_row.id, written_version),
                 outcome,
                 next_row,
@@ -285,7 +280,7 @@ class Inline:
                 made.append((won, time.monotonic()))
             return result
 
-        self._settle(row, finish.outcome, self._write(row, version, at, written, first=write_then_claim))
+        steps.settle(row, finish.outcome, steps.write(row, version, at, written, first=write_then_claim))
         if made:
             self._ahead = _Ahead.made(next_row, *made[0])
         else:
@@ -297,10 +292,9 @@ class Inline:
         """The row whose claim goes with this write, taken off `pending`, and the lock it checks."""
         if outcome.result == "fail" or not pending or pending[0].properties is None:
             return None
-        may, lock = self._claim_lock(pending[0])
+        may, lock = self._steps.claim_lock(pending[0])
         return (pending.popleft(), lock) if may else None
 
     def close(self) -> None:
         ahead, self._ahead = self._ahead, None  # made with the last write, and the job ended before its call
-        if ahead is not None and ahead.release(self._store, self._settlement):
-            self._released()
+        self._steps.take_back(ahead, tell_window=True)
