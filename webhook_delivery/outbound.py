@@ -302,40 +302,21 @@ class RoutedRequests:
 ROUTED = RoutedRequests()
 
 
-def post(
-    url: str,
-    *,
-    timeout: float,
-    max_bytes: int,
-    data: Mapping[str, str] | None = None,
-    json: Any = None,
-    headers: Mapping[str, str] | None = None,
-) -> Answer:
-    """POST, connect to the last byte read within `timeout` seconds in all, at most `max_bytes` of the answer
-    kept (a longer one is cut off: `too_large`). Redirects are not followed. Raises OutboundError."""
-    return _call("POST", url, timeout=timeout, max_bytes=max_bytes, data=data, json=json, headers=headers)
+def post(url: str, *, timeout: float, max_bytes: int, data: Mapping[str, str] | None = None) -> Answer:
+    """POST a form, connect to the last byte read within `timeout` seconds in all, at most `max_bytes` of the
+    answer kept (a longer one is cut off: `too_large`). Redirects are not followed. Raises OutboundError."""
+    return _call("POST", url, timeout=timeout, max_bytes=max_bytes, data=data)
 
 
-def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] | None = None) -> Answer:
+def get(url: str, *, timeout: float, max_bytes: int) -> Answer:
     """GET, bounded as post() is."""
-    return _call("GET", url, timeout=timeout, max_bytes=max_bytes, headers=headers)
+    return _call("GET", url, timeout=timeout, max_bytes=max_bytes)
 
 
-def _call(
-    method: str,
-    url: str,
-    *,
-    timeout: float,
-    max_bytes: int,
-    data: Mapping[str, str] | None = None,
-    json: Any = None,
-    headers: Mapping[str, str] | None = None,
-) -> Answer:
+def _call(method: str, url: str, *, timeout: float, max_bytes: int, data: Mapping[str, str] | None = None) -> Answer:
     with bounded_requests(timeout, max_bytes) as call:
         try:
-            response = session().request(
-                method, url, data=data, json=json, headers=dict(headers or {}), allow_redirects=False
-            )
+            response = session().request(method, url, data=data, allow_redirects=False)
         except (requests.RequestException, OSError) as exc:
             if call.fired:
                 raise OutboundError(f"no complete answer within {timeout:g} s") from None
