@@ -26,3 +26,24 @@ def test_alert_numbers_beyond_their_range_are_refused_at_start(name: str, value:
     assert [error.variable for error in errors] == [name]
     assert "expected a number from 1 to " in str(errors[0]) and repr(value.strip()) in str(errors[0])
     assert loaded == AlertConfig()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("ftp://chat.example/hooks/s3cret", "expected an http:// or https:// URL"),
+        ("https://chat.example:99999/hooks/s3cret", "not a URL that can be read (its host or port)"),
+        ("https://[::1/hooks/s3cret", "not a URL that can be read (its host or port)"),
+        ("https://:443/hooks/s3cret", "no host in the URL"),
+    ],
+)
+def test_a_chat_url_that_cannot_be_sent_to_is_refused_at_start_without_a_word_of_it(url: str, says: str) -> None:
+    loaded, errors = load_alert_config({"GORGE_ALERT_WEBHOOK_URL": url})
+    assert [(error.variable, error.message) for error in errors] == [("GORGE_ALERT_WEBHOOK_URL", says)]
+    assert "s3cret" not in str(errors[0]) and loaded.chat_url == ""
+
+
+def test_a_chat_url_with_credentials_a_query_and_an_ipv6_host_is_taken() -> None:
+    url = "https://u%40x:p@[2001:db8::1]:8443/hooks/s3cret?channel=ops"
+    loaded, errors = load_alert_config({"GORGE_ALERT_WEBHOOK_URL": url})
+    assert errors == [] and loaded.chat_url == url

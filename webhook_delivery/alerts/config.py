@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import environ as django_environ
 
@@ -73,6 +74,17 @@ def _number(
     return value * scale
 
 
+def _chat_url_problem(url: str) -> str | None:
+    if not url.lower().startswith(("http://", "https://")):
+        return "expected an http:// or https:// URL"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - read for its ValueError
+    except ValueError:
+        return "not a URL that can be read (its host or port)"
+    return None if parts.hostname else "no host in the URL"
+
+
 def load_alert_config(environ: Mapping[str, str]) -> tuple[AlertConfig, list[ConfigError]]:
     errors: list[ConfigError] = []
     recipients = tuple(part.strip() for part in environ.get("GORGE_ALERT_EMAIL_TO", "").split(",") if part.strip())
@@ -80,9 +92,9 @@ def load_alert_config(environ: Mapping[str, str]) -> tuple[AlertConfig, list[Con
         if "@" not in address or any(c.isspace() for c in address):
             errors.append(ConfigError("GORGE_ALERT_EMAIL_TO", f"not an e-mail address: {address!r}"))
     chat = environ.get("GORGE_ALERT_WEBHOOK_URL", "").strip()
-    if chat and not chat.lower().startswith(("http://", "https://")):
+    if chat and (problem := _chat_url_problem(chat)) is not None:
         # The URL is a secret: the error never repeats it.
-        errors.append(ConfigError("GORGE_ALERT_WEBHOOK_URL", "expected an http:// or https:// URL"))
+        errors.append(ConfigError("GORGE_ALERT_WEBHOOK_URL", problem))
         chat = ""
     apprise_urls = _apprise_urls(environ.get("GORGE_ALERT_URLS", ""), errors)
     phorge = _phorge(environ, errors)
