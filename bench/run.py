@@ -164,6 +164,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--database", default="gwbench_herald", help="throwaway herald database (<ns>_herald)")
     parser.add_argument("--history-database", default="gwbench1m_herald", help="cached 1M-row database")
     parser.add_argument("--backlog-database", default="gwbenchq_herald", help="cached queued-backlog database")
+    parser.add_argument(
+        "--only", metavar="N[,N...]", help="only these figures (e.g. 9 or 2,3; figure 1 comes with 2 and 3)"
+    )
     parser.add_argument("--drop-history", action="store_true", help="drop the cached 1M-row databases and exit")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, nginx config)")
     args = parser.parse_args(argv)
@@ -171,6 +174,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.repeat = 1 if args.quick or args.smoke else 3
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    try:
+        args.only = {int(part) for part in args.only.split(",")} if args.only else set(range(1, 12))
+    except ValueError:
+        parser.error("--only takes figure numbers, e.g. 9 or 2,3")
+    if not args.only <= set(range(1, 12)):
+        parser.error("--only takes figure numbers from 1 to 11")
+    if args.only & {2, 3}:
+        args.only.add(1)  # their percentages are of the bare client's rate
     if not all(name.endswith("_herald") for name in (args.database, args.history_database, args.backlog_database)):
         parser.error("database names must end in _herald (<namespace>_herald)")
     return args
@@ -220,42 +231,53 @@ def sizes(args: argparse.Namespace) -> Sizes:
     )
 
 
-def repetition(ctx: Context, figures: dict[str, float]) -> None:
+def repetition(ctx: Context, figures: dict[str, float], only: set[int]) -> None:
     """Fills `figures` as it goes, so a broken step still leaves the figures measured before it."""
     n = ctx.sizes.requests
-    log(f"run {ctx.repetition}: 1. bare client")
-    sample = ctx.db.new_request(Hook("PHID-HWBH-benchbenchbenchbench", "k" * 32, ""), int(time.time()))
-    figures.update(scenarios.bare_client(ctx, sample))
-    log(f"run {ctx.repetition}: 2. one process, 16 hooks, N={n}")
-    figures.update(scenarios.drain(ctx, "one", hooks=16, count=n))
-    figures["one_pct"] = 100 * figures["one_rate"] / figures["bare_rate"]
-    figures["one_span_pct"] = 100 * figures["one_span_rate"] / figures["bare_rate"]
-    log(f"run {ctx.repetition}: 2b. the same with the attempt log off")
-    figures.update(scenarios.drain(ctx, "nolog", hooks=16, count=n, env={"GORGE_WEBHOOK_ATTEMPT_LOG": "false"}))
-    figures["log_pct"] = 100 * figures["one_rate"] / figures["nolog_rate"]
-    log(f"run {ctx.repetition}: 2c. the same, the worker on one core")
-    figures.update(scenarios.drain(ctx, "pinned", hooks=16, count=n, cpu=max(os.sched_getaffinity(0))))
-    figures["pinned_span_pct"] = 100 * figures["pinned_span_rate"] / figures["bare_rate"]
-    log(f"run {ctx.repetition}: 3. one hook, N={ctx.sizes.single_hook}")
-    figures.update(scenarios.drain(ctx, "single", hooks=1, count=ctx.sizes.single_hook))
-    figures["single_span_pct"] = 100 * figures["single_span_rate"] / figures["bare_rate"]
-    log(f"run {ctx.repetition}: 4. two processes, 16 hooks, N={n}")
-    figures.update(scenarios.drain(ctx, "two", hooks=16, count=n, processes=2))
-    log(f"run {ctx.repetition}: 5. latency, {ctx.sizes.latency_sec:.0f} s at 20 inserts/s")
-    figures.update(scenarios.latency(ctx))
-    figures.update(scenarios.idle_database_cost(ctx, ctx.sizes.latency_sec / 2))
-    log(f"run {ctx.repetition}: 6. retained history" + ("" if ctx.sizes.history_rows else " (empty only)"))
-    figures.update(scenarios.history(ctx))
-    log(f"run {ctx.repetition}: 7. --max-concurrent 32, 32 hooks, N={n}")
-    figures.update(scenarios.drain(ctx, "c32", hooks=32, count=n, max_concurrent=32))
-    log(f"run {ctx.repetition}: 8. dead neighbours, {ctx.sizes.dead_hooks} hooks that never answer")
-    figures.update(scenarios.dead_neighbours(ctx))
-    log(f"run {ctx.repetition}: 9. backlog, {ctx.sizes.backlog_rows:,} queued requests")
-    figures.update(scenarios.backlog(ctx))
-    log(f"run {ctx.repetition}: 10. {ctx.sizes.many_in_flight} deliveries in flight")
-    figures.update(scenarios.many_in_flight(ctx))
-    log(f"run {ctx.repetition}: 11. Phorge's database, the worker as its own MariaDB user")
-    figures.update(scenarios.database_cost(ctx, n, ctx.sizes.latency_sec / 2))
+    if 1 in only:
+        log(f"run {ctx.repetition}: 1. bare client")
+        sample = ctx.db.new_request(Hook("PHID-HWBH-benchbenchbenchbench", "k" * 32, ""), int(time.time()))
+        figures.update(scenarios.bare_client(ctx, sample))
+    if 2 in only:
+        log(f"run {ctx.repetition}: 2. one process, 16 hooks, N={n}")
+        figures.update(scenarios.drain(ctx, "one", hooks=16, count=n))
+        figures["one_pct"] = 100 * figures["one_rate"] / figures["bare_rate"]
+        figures["one_span_pct"] = 100 * figures["one_span_rate"] / figures["bare_rate"]
+        log(f"run {ctx.repetition}: 2b. the same with the attempt log off")
+        figures.update(scenarios.drain(ctx, "nolog", hooks=16, count=n, env={"GORGE_WEBHOOK_ATTEMPT_LOG": "false"}))
+        figures["log_pct"] = 100 * figures["one_rate"] / figures["nolog_rate"]
+        log(f"run {ctx.repetition}: 2c. the same, the worker on one core")
+        figures.update(scenarios.drain(ctx, "pinned", hooks=16, count=n, cpu=max(os.sched_getaffinity(0))))
+        figures["pinned_span_pct"] = 100 * figures["pinned_span_rate"] / figures["bare_rate"]
+    if 3 in only:
+        log(f"run {ctx.repetition}: 3. one hook, N={ctx.sizes.single_hook}")
+        figures.update(scenarios.drain(ctx, "single", hooks=1, count=ctx.sizes.single_hook))
+        figures["single_span_pct"] = 100 * figures["single_span_rate"] / figures["bare_rate"]
+    if 4 in only:
+        log(f"run {ctx.repetition}: 4. two processes, 16 hooks, N={n}")
+        figures.update(scenarios.drain(ctx, "two", hooks=16, count=n, processes=2))
+    if 5 in only:
+        log(f"run {ctx.repetition}: 5. latency, {ctx.sizes.latency_sec:.0f} s at 20 inserts/s")
+        figures.update(scenarios.latency(ctx))
+        figures.update(scenarios.idle_database_cost(ctx, ctx.sizes.latency_sec / 2))
+    if 6 in only:
+        log(f"run {ctx.repetition}: 6. retained history" + ("" if ctx.sizes.history_rows else " (empty only)"))
+        figures.update(scenarios.history(ctx))
+    if 7 in only:
+        log(f"run {ctx.repetition}: 7. --max-concurrent 32, 32 hooks, N={n}")
+        figures.update(scenarios.drain(ctx, "c32", hooks=32, count=n, max_concurrent=32))
+    if 8 in only:
+        log(f"run {ctx.repetition}: 8. dead neighbours, {ctx.sizes.dead_hooks} hooks that never answer")
+        figures.update(scenarios.dead_neighbours(ctx))
+    if 9 in only:
+        log(f"run {ctx.repetition}: 9. backlog, {ctx.sizes.backlog_rows:,} queued requests")
+        figures.update(scenarios.backlog(ctx))
+    if 10 in only:
+        log(f"run {ctx.repetition}: 10. {ctx.sizes.many_in_flight} deliveries in flight")
+        figures.update(scenarios.many_in_flight(ctx))
+    if 11 in only:
+        log(f"run {ctx.repetition}: 11. Phorge's database, the worker as its own MariaDB user")
+        figures.update(scenarios.database_cost(ctx, n, ctx.sizes.latency_sec / 2))
 
 
 def fmt(value: float, digits: int) -> str:
@@ -318,7 +340,7 @@ def main(argv: list[str]) -> int:
         for k in range(1, args.repeat + 1):
             ctx.repetition = k
             runs.append({})
-            repetition(ctx, runs[-1])
+            repetition(ctx, runs[-1], args.only)
     except BenchError as exc:
         log(f"BROKEN: {exc}")
         failed = True
