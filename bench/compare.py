@@ -81,9 +81,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("base", help="the commit to compare with (e.g. HEAD~3, a tag, a hash)")
     parser.add_argument("--new", help="a commit to measure instead of this working tree")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("bench_args", nargs="*", help="after --: arguments for bench/run.py (default --quick)")
-    args = parser.parse_args(argv)
-    bench_args = args.bench_args or ["--quick"]
+    # What follows `--` is bench/run.py's, wherever the options before it stand (argparse alone takes
+    # `BASE --new REV -- --quick` for two positionals and refuses it).
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    bench_args = argv[cut + 1 :] or ["--quick"]
     unpacked: list[Path] = []
 
     def unpack(rev: str) -> Path:

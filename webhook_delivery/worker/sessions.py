@@ -24,7 +24,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -87,7 +87,9 @@ class SessionPool:
     own calls (`change`, `change_twice`: the claims and result writes of every delivery), and lends the
     others (`connection`: a Django connection, for a cursor). Only those it keeps take several statements
     in one round trip (`change_twice`), and they are never lent: no statement of Django's, however it was
-    built, reaches a connection that would run a second statement after a `;`. With one connection
+    built, reaches a connection that would run a second statement after a `;`. Its own statements take a
+    kept connection first and a lent one when every kept one is busy (one statement at a time there):
+    the claims and writes of a backlog's many jobs have every connection, as before any was kept. With one connection
     (GORGE_WEBHOOK_DB_POOL_SIZE=1), or on SQLite, nothing is kept back: `change_twice` then sends its two
     statements one after the other, with multi-statements off.
 
@@ -108,14 +110,17 @@ class SessionPool:
         kept = size // 2 if self.vendor == "mysql" else 0
         self.lent = range(size - kept)  # the slots `connection` lends
         self.kept = range(size - kept, size) if kept else self.lent  # the slots of `change` and `change_twice`
-        self.batches = kept > 0  # whether `change_twice` sends its statements in one round trip
+        self.batches = kept > 0  # whether `change_twice` sends its statements in one round trip on a kept slot
+        # `change` and `change_twice` take a kept slot first, else any free one: the statements are the
+        # pool's own, one at a time on a lent slot, so all `size` connections carry the claims and writes.
+        self.any = (*self.kept, *(index for index in self.lent if index not in self.kept))
         self._multi: list[Any] = [None] * size  # per kept slot, the driver connection multi-statements are on for
 
     @property
     def vendor(self) -> str:
         return str(self._all[0].vendor)
 
-    def _borrow(self, slots: range) -> int:
+    def _borrow(self, slots: Sequence[int]) -> int:
         for index in slots:
             if self._locks[index].acquire(blocking=False):
                 return index
@@ -142,7 +147,7 @@ class SessionPool:
         connection the pool keeps: (rows it matched, LAST_INSERT_ID()). For the statements of every
         delivery (the claim and the result write): Django's cursor around them cost as much CPU as the
         driver. Errors are Django's, as through a cursor."""
-        index = self._borrow(self.kept)
+        index = self._borrow(self.any)
         wrapper = self._all[index]
         try:
             with wrapper.wrap_database_errors:
@@ -158,16 +163,18 @@ class SessionPool:
     def change_twice(
         self, first: tuple[str, Mapping[str, Any]], second: tuple[str, Mapping[str, Any]]
     ) -> tuple[tuple[int, int], tuple[int, int] | None]:
-        """Two statements as `change` sends one, in one round trip (`batches`), one after the other, each
-        committed on its own. The first's (rows matched, LAST_INSERT_ID()), and the second's, or None when it
-        failed after the first was done: whether it took is then not known (its connection is closed)."""
-        index = self._borrow(self.kept)
+        """Two statements as `change` sends one, each committed on its own: in one round trip on a kept
+        connection (`batches`), else one after the other (a lent one, multi-statements off, when every kept
+        one is busy). The first's (rows matched, LAST_INSERT_ID()), and the second's, or None when it failed
+        after the first was done: whether it took is then not known (its connection is closed)."""
+        index = self._borrow(self.any)
+        batched = self.batches and index in self.kept
         wrapper = self._all[index]
         try:
             try:
                 with wrapper.wrap_database_errors:
                     driver = self._driver(wrapper)
-                    if not self.batches:
+                    if not batched:
                         driver.query(_bound(driver, *first))
                     else:
                         if self._multi[index] is not driver:
@@ -180,7 +187,7 @@ class SessionPool:
                 raise
             try:
                 with wrapper.wrap_database_errors:
-                    if self.batches:
+                    if batched:
                         driver.next_result()
                     else:
                         driver.query(_bound(driver, *second))
