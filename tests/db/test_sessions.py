@@ -4,9 +4,9 @@ in one round trip is never lent to Django; a result write and the next claim sti
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import MySQLdb
@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.helpers import PHORGE_DB, Phorge
+from tests.support.waiting import wait_for
 from webhook_delivery.config import PHORGE_ALIAS
 from webhook_delivery.phorge.columns import positional
 from webhook_delivery.worker.sessions import SessionPool, _bound, _literal
@@ -147,6 +148,21 @@ def _takes_two_statements_on_one_lent(pool: SessionPool) -> bool:
         return _takes_two_statements(wrapper)
 
 
+@contextmanager
+def statements_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
+    """Every statement the driver sends while the block runs, as sent."""
+    sent: list[bytes] = []
+    query = MySQLdb.connections.Connection.query
+
+    def counted(connection: Any, statement: bytes) -> Any:
+        sent.append(statement)
+        return query(connection, statement)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(MySQLdb.connections.Connection, "query", counted)
+        yield sent
+
+
 @PHORGE_DB
 def test_a_result_write_and_the_next_claim_are_one_round_trip(
     phorge: Phorge, pool: SessionPool, monkeypatch: pytest.MonkeyPatch
@@ -156,18 +172,10 @@ def test_a_result_write_and_the_next_claim_are_one_round_trip(
     store = Store(pool=pool)
     version = store.claim(first, lease=60, retry_backoff=300)
     assert version is not None
-    sent: list[bytes] = []
-    query = MySQLdb.connections.Connection.query
-
-    def counted(connection: Any, statement: bytes) -> Any:
-        sent.append(statement)
-        return query(connection, statement)
-
-    monkeypatch.setattr(MySQLdb.connections.Connection, "query", counted)
-    written, claimed, known = store.write_then_claim(
-        (first.id, version), ("sent", "okay", True, None), second, lease=60, retry_backoff=300
-    )
-    monkeypatch.undo()
+    with statements_sent(monkeypatch) as sent:
+        written, claimed, known = store.write_then_claim(
+            (first.id, version), ("sent", "okay", True, None), second, lease=60, retry_backoff=300
+        )
     assert written is not None and claimed is not None and known
     assert len(sent) == 1 and sent[0].count(b"UPDATE ") == 2, "two statements, one round trip"
 
@@ -178,33 +186,29 @@ def test_with_every_kept_connection_busy_a_write_and_a_claim_go_on_a_lent_one_on
 ) -> None:
     """The claims and writes of a backlog's many jobs use every connection (issue 42's bench: with only the
     kept half, a 100-hook backlog drained at 0.81x), and a lent connection still takes one statement at a time."""
-    import threading
-
     hook = phorge.hook("http://127.0.0.1:9/x")
     phid = phorge.request(hook, properties="{}")
     row_id = int(phorge.row(phid)["id"])
     pool = SessionPool(PHORGE_ALIAS, 4)
     try:
-        busy = [threading.Thread(target=pool.change, args=("DO SLEEP(2)", {})) for _ in pool.kept]
+        busy = [threading.Thread(target=pool.change, args=("DO SLEEP(3)", {})) for _ in pool.kept]
         for thread in busy:
             thread.start()
-        time.sleep(0.5)  # both kept connections are in their SLEEP
-        sent: list[bytes] = []
-        query = MySQLdb.connections.Connection.query
-
-        def counted(self: Any, sql: bytes) -> Any:
-            sent.append(sql)
-            return query(self, sql)
-
-        monkeypatch.setattr(MySQLdb.connections.Connection, "query", counted)
+        wait_for(lambda: _sleeping(phorge) == len(busy), 10, "every kept connection in its SLEEP")
         write = (STATEMENT, {"value": "b", "id": row_id, "other": ""})
-        assert pool.change_twice(write, write) == ((1, 0), (1, 0))
+        with statements_sent(monkeypatch) as sent:
+            assert pool.change_twice(write, write) == ((1, 0), (1, 0))
         updates = [statement for statement in sent if statement.startswith(b"UPDATE")]  # not a new connection's
         assert len(updates) == 2 and not any(b";" in statement for statement in updates)
-        monkeypatch.undo()
         for thread in busy:
             thread.join()
         assert not _takes_two_statements_on_one_lent(pool)
         assert phorge.row(phid)["properties"] == "b"
     finally:
         pool.close()
+
+
+def _sleeping(phorge: Phorge) -> int:
+    with phorge.connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'DO SLEEP(%%'")
+        return int(cursor.fetchone()[0])
