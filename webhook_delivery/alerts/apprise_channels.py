@@ -204,10 +204,11 @@ def chat_plugin(url: str) -> Any:
 
 
 def send_chat(config: AlertConfig, subject: str, body: str) -> None:
-    """One message to the chat webhook, bounded as every Apprise send is: `{"text": <body>}`, as it always was
-    (the body opens with what the subject says)."""
+    """One message to the chat webhook, bounded as every Apprise send is: `{"text": <body>}`, as it always
+    was (an incoming webhook's JSON has no title)."""
     del subject
-    _notify(chat_plugin(config.chat_url), config.channel_timeout_sec, "", chat_text(body))
+    plugin = chat_plugin(config.chat_url)
+    _notify(plugin, _text_format(plugin), config.channel_timeout_sec, "", chat_text(body))
 
 
 def send(target: AppriseTarget, timeout: float, subject: str, body: str) -> None:
@@ -216,13 +217,18 @@ def send(target: AppriseTarget, timeout: float, subject: str, body: str) -> None
     if plugin is None:
         raise ChannelError("not a URL Apprise knows", refused=True)
     # Rendered here for what the plugin sends, and declared so: Apprise converts nothing (markup.py).
-    form = plugin.resolve_format(_apprise().NotifyFormat.TEXT)
+    form = _text_format(plugin)
     family = _module(plugin)
-    _notify(plugin, timeout, markup.render(family, form.value, subject), markup.render(family, form.value, body))
+    _notify(plugin, form, timeout, markup.render(family, form.value, subject), markup.render(family, form.value, body))
 
 
-def _notify(plugin: Any, timeout: float, subject: str, body: str) -> None:
-    form = plugin.resolve_format(_apprise().NotifyFormat.TEXT)
+def _text_format(plugin: Any) -> Any:
+    """The format the plugin sends a text in (its own, when it has one)."""
+    return plugin.resolve_format(_apprise().NotifyFormat.TEXT)
+
+
+def _notify(plugin: Any, form: Any, timeout: float, subject: str, body: str) -> None:
+    """Send, declared in `form`, and tell a failure by its kind; raises ChannelError."""
     plugin.redirects = False  # Apprise's own switch: its plugins ask requests to follow none either
     _route()
     with outbound.bounded_requests(timeout, ANSWER_BYTES) as call:
