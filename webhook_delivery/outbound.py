@@ -12,10 +12,8 @@ up to the size, a redirect never followed, its own timeouts whatever a caller as
 client whose sockets the Watchdog sees. Nothing of requests, urllib3 or smtplib is replaced or reached
 into: only their public methods are overridden, in classes of ours (tests/unit/test_outbound.py checks).
 
-`post` and `get` are our own calls. `bounded_requests` bounds the calls of code that is not ours: Apprise's
-plugins call `requests.post` themselves, on the name `requests` of their own modules; alerts/apprise_channels.py
-binds that name to `ROUTED`, which hands a call made inside a `bounded_requests` block to the block's
-OutgoingSession and any other to requests itself.
+`post` and `get` are our own calls. Apprise's sends are bounded otherwise: each in a process of its own
+behind a proxy of ours (alerts/apprise_channels.py).
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import socket
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -145,20 +143,11 @@ class Answer:
 
 @dataclass
 class BoundedCall:
-    """What the requests of one `bounded_requests` block met: their statuses, the kind of each error, and
-    whether an answer was cut off or the time ran out. Safe to log: no URL, no body."""
+    """One call's limits, and whether an answer was cut off."""
 
     seconds: float
     max_bytes: int
-    watchdog: Watchdog
-    statuses: list[int] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
     too_large: bool = False
-    redirected: int | None = None  # the status of a redirect answered (never followed)
-
-    @property
-    def fired(self) -> bool:
-        return self.watchdog.fired
 
 
 class _BoundedAdapter(_WatchedAdapter):
@@ -184,29 +173,17 @@ class _BoundedAdapter(_WatchedAdapter):
     ) -> requests.Response:
         call = self.call
         request.headers["Accept-Encoding"] = "identity"  # read as sent: nothing to inflate
-        try:
-            response = super().send(
-                request,
-                stream=True,
-                timeout=(call.seconds, call.seconds),
-                verify=verify,
-                cert=cert,
-                proxies=proxies,
-            )
-        except (requests.RequestException, OSError) as exc:
-            call.errors.append(type(exc).__name__)
-            raise
+        response = super().send(
+            request, stream=True, timeout=(call.seconds, call.seconds), verify=verify, cert=cert, proxies=proxies
+        )
         try:
             body, too_large = _read(response, call.max_bytes)
-        except Exception as exc:  # noqa: BLE001 - urllib3's read errors, told to the caller as requests' own
-            call.errors.append(type(exc).__name__)
+        except Exception:  # noqa: BLE001 - urllib3's read errors, told to the caller as requests' own
             raise requests.ConnectionError("the answer could not be read") from None
         finally:
             response.close()
-        call.statuses.append(response.status_code)
         call.too_large = call.too_large or too_large
         if 300 <= response.status_code < 400:
-            call.redirected = response.status_code
             response.headers.pop("Location", None)
         response.raw = io.BytesIO(body)  # what requests' own reading then takes as the whole answer
         return response
@@ -233,75 +210,6 @@ class OutgoingSession(requests.Session):
         self.mount("https://", adapter)
 
 
-_bounded = threading.local()  # the session of the `bounded_requests` block this thread runs
-
-
-@contextmanager
-def bounded_requests(seconds: float, max_bytes: int) -> Iterator[BoundedCall]:
-    """A call of `seconds` in all: requests through the block's session (`session()`, and every call
-    through `ROUTED` this thread makes meanwhile) connect to the last byte of the last answer within
-    `seconds` (the Watchdog shuts every socket opened in the block once they are up, and a socket opened
-    after that at once), each answer read up to `max_bytes`, no redirect followed (`redirected`). DNS
-    look-ups and a caller's own sleeps are not sockets: they are not cut short."""
-    with watched(seconds) as watchdog:
-        call = BoundedCall(seconds, max_bytes, watchdog)
-        session = OutgoingSession(call)
-        _bounded.session = session
-        try:
-            yield call
-        finally:
-            _bounded.session = None
-            session.close()
-
-
-def session() -> OutgoingSession:
-    """The session of the `bounded_requests` block this thread runs."""
-    current: OutgoingSession | None = getattr(_bounded, "session", None)
-    if current is None:
-        raise RuntimeError("outside a bounded_requests block")
-    return current
-
-
-class RoutedRequests:
-    """The `requests` module as code that is not ours calls it (`requests.post(...)`): inside a
-    `bounded_requests` block, through that block's OutgoingSession; elsewhere, requests itself. Everything
-    else (`requests.codes`, `requests.RequestException`, ...) is requests' own."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(requests, name)
-
-    def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        current: OutgoingSession | None = getattr(_bounded, "session", None)
-        if current is None:
-            return requests.request(method, url, **kwargs)  # noqa: S113 - the caller's own call, as it made it
-        return current.request(method, url, **kwargs)
-
-    def get(self, url: str, params: Any = None, **kwargs: Any) -> requests.Response:
-        return self.request("GET", url, params=params, **kwargs)
-
-    def options(self, url: str, **kwargs: Any) -> requests.Response:
-        return self.request("OPTIONS", url, **kwargs)
-
-    def head(self, url: str, **kwargs: Any) -> requests.Response:
-        kwargs.setdefault("allow_redirects", False)
-        return self.request("HEAD", url, **kwargs)
-
-    def post(self, url: str, data: Any = None, json: Any = None, **kwargs: Any) -> requests.Response:
-        return self.request("POST", url, data=data, json=json, **kwargs)
-
-    def put(self, url: str, data: Any = None, **kwargs: Any) -> requests.Response:
-        return self.request("PUT", url, data=data, **kwargs)
-
-    def patch(self, url: str, data: Any = None, **kwargs: Any) -> requests.Response:
-        return self.request("PATCH", url, data=data, **kwargs)
-
-    def delete(self, url: str, **kwargs: Any) -> requests.Response:
-        return self.request("DELETE", url, **kwargs)
-
-
-ROUTED = RoutedRequests()
-
-
 def post(url: str, *, timeout: float, max_bytes: int, data: Mapping[str, str] | None = None) -> Answer:
     """POST a form, connect to the last byte read within `timeout` seconds in all, at most `max_bytes` of the
     answer kept (a longer one is cut off: `too_large`). Redirects are not followed. Raises OutboundError."""
@@ -314,16 +222,17 @@ def get(url: str, *, timeout: float, max_bytes: int) -> Answer:
 
 
 def _call(method: str, url: str, *, timeout: float, max_bytes: int, data: Mapping[str, str] | None = None) -> Answer:
-    with bounded_requests(timeout, max_bytes) as call:
+    """One request through an OutgoingSession of its own, every socket it opens watched for `timeout`."""
+    with watched(timeout) as watchdog, OutgoingSession(BoundedCall(timeout, max_bytes)) as session:
         try:
-            response = session().request(method, url, data=data, allow_redirects=False)
+            response = session.request(method, url, data=data, allow_redirects=False)
         except (requests.RequestException, OSError) as exc:
-            if call.fired:
+            if watchdog.fired:
                 raise OutboundError(f"no complete answer within {timeout:g} s") from None
             raise OutboundError(type(exc).__name__) from None
-        if call.fired:
+        if watchdog.fired:
             raise OutboundError(f"no complete answer within {timeout:g} s")
-        return Answer(response.status_code, response.content, call.too_large)
+        return Answer(response.status_code, response.content, session.call.too_large)
 
 
 class WatchedSMTP(smtplib.SMTP):

@@ -142,10 +142,10 @@ def assert_neutral(text: str, reads_as: str) -> None:
 
 @pytest.mark.parametrize("service", sorted(SERVICES))
 def test_a_hostile_hook_name_is_neutral_in_each_service_the_docs_name(
-    service: str, services: tuple[ChatServices, ChatServices], monkeypatch: pytest.MonkeyPatch
+    service: str, services: tuple[ChatServices, ChatServices], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     plain, tls = services
-    plain.point(monkeypatch)
+    plain.point(monkeypatch, tmp_path)
     url, prefix, texts, reads_as = SERVICES[service]
     [target] = apprise_channels.targets((url.format(plain=f"127.0.0.1:{plain.port}", tls=f"127.0.0.1:{tls.port}"),))
     message = alert()

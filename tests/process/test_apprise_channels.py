@@ -11,6 +11,7 @@ as sent, and a loop made 31 POSTs per pass)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import logging
@@ -32,6 +33,7 @@ from tests.support.alert_channels import (
     failing_hook,
     hostile_hook,
 )
+from tests.support.chat_services import point_plugins
 from tests.support.helpers import PHORGE_DB, Phorge, worker_env
 from tests.support.processes import SiteDatabase, manage
 from tests.support.rawserver import Counting, RawServer, endless_http, trickling_http
@@ -130,26 +132,52 @@ def test_every_plugin_of_the_installed_apprise_that_opens_its_own_sockets_is_ref
     assert apprise_channels.problem("deltachat://user:pass@mail.example.com") is not None
 
 
-def test_every_plugin_of_the_installed_apprise_sends_through_our_session_once_a_send_ran(receiver: Receiver) -> None:
-    """Apprise's plugins call `requests.post` (get, put, request) on their module's name `requests`: after a
-    send, that name is outbound.ROUTED in every plugin module that has it, and no plugin reaches requests
-    another way (a function imported by name, a session of its own), read from the installed Apprise."""
+def _never_more_than_the_switch(value: Any) -> bool:
+    """`self.redirects`, `False`, or a choice between those (`False if credentials else self.redirects`)."""
+    if isinstance(value, ast.IfExp):
+        return _never_more_than_the_switch(value.body) and _never_more_than_the_switch(value.orelse)
+    return value is not None and ast.unparse(value) in ("self.redirects", "False")
+
+
+def test_every_plugin_of_the_installed_apprise_asks_requests_through_its_module_and_honours_redirects(
+    receiver: Receiver,
+) -> None:
+    """Apprise is used as published: after a send, every plugin module's `requests` is requests itself (no name
+    rebound), and every call a plugin makes (`requests.post(...)`, get, put, ...) passes Apprise's switch
+    `allow_redirects=self.redirects` (which the send turns off), or follows no redirect at all, and goes through
+    requests' module functions, which take the guard from the environment (no session or function of its own),
+    read from the installed Apprise: an upgrade that adds a call of another kind fails here."""
     import sys
 
     import apprise.plugins
     import requests
 
-    from webhook_delivery import outbound
-
-    [target] = apprise_channels.targets((f"json://127.0.0.1:{receiver.port}/routed/ok",))
-    apprise_channels.send(target, 3, "s", "b")
+    [target] = apprise_channels.targets((f"json://127.0.0.1:{receiver.port}/published/ok",))
+    apprise_channels.send(target, 5, "s", "b")
+    assert len(received(receiver, "/published/")) == 1
     modules = {name: module for name, module in sys.modules.items() if name.startswith("apprise.plugins")}
     using = {name for name, module in modules.items() if hasattr(module, "requests")}
     assert len(using) > 100, "Apprise's plugins are all loaded"
-    assert {name for name in using if modules[name].requests is not outbound.ROUTED} == set()
-    assert requests.post.__module__ == "requests.api", "requests itself is left as it is"
-    other_ways = re.compile(r"from\s+requests(\.api|\.sessions)?\s+import|requests\.Session\(")
+    assert {name for name in using if modules[name].requests is not requests} == set()
+    calls, careless = 0, []
     plugins = Path(apprise.plugins.__file__).parent
+    for path in plugins.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "requests"):
+                continue
+            if node.func.attr in ("Session", "session"):
+                careless.append(f"{path.name}:{node.lineno} a session of its own")
+                continue
+            if node.func.attr not in ("get", "post", "put", "patch", "delete", "head", "request"):
+                continue
+            calls += 1
+            switch = next((keyword.value for keyword in node.keywords if keyword.arg == "allow_redirects"), None)
+            if not _never_more_than_the_switch(switch):
+                careless.append(f"{path.name}:{node.lineno} allow_redirects={switch and ast.unparse(switch)}")
+    assert calls > 150 and careless == []
+    other_ways = re.compile(r"from\s+requests(\.api|\.sessions)?\s+import|requests\.Session\(")
     assert [str(p) for p in plugins.rglob("*.py") if other_ways.search(p.read_text())] == []
 
 
@@ -213,14 +241,16 @@ def test_json_and_form_receivers_get_each_alert_once_and_its_end_once(
 
 @PHORGE_DB
 def test_slack_mattermost_and_discord_plugins_post_their_own_shapes_with_the_text_neutralised(
-    phorge: Phorge, receiver: Receiver, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    phorge: Phorge,
+    receiver: Receiver,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from apprise.plugins.discord import NotifyDiscord
-    from apprise.plugins.slack import NotifySlack
-
     caplog.set_level(logging.DEBUG)
-    monkeypatch.setattr(NotifySlack, "webhook_url", receiver.url("/services"))
-    monkeypatch.setattr(NotifyDiscord, "notify_url", receiver.url("/api/webhooks"))
+    pointed = {"slack.NotifySlack.webhook_url": "/services", "discord.NotifyDiscord.notify_url": "/api/webhooks"}
+    point_plugins(monkeypatch, tmp_path, {name: receiver.url(path) for name, path in pointed.items()})
     hostile_hook(phorge, receiver, error_code="[y](https://e.x)")
     delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3)
     slack = "https://hooks.slack.com/services/" + "/".join(SLACK_TOKENS)  # Apprise reads Slack's own URL too

@@ -1,7 +1,8 @@
 """A local stand-in for the chat services the docs name, for Apprise's real plugins: one HTTP(S) server that
 takes whatever each plugin posts, answers as the service would so that the plugin counts the message as
 sent, and keeps every request. The plugins that post only to their service's own host (Slack, Discord,
-Telegram, Zulip) are pointed at it through their class attribute (`point`); Teams (Apprise's `workflows`)
+Telegram, Zulip) are pointed at it through their class attribute (`point`, in the process each send runs
+in: `point_plugins`); Teams (Apprise's `workflows`)
 posts over https only: the server then speaks TLS with a throwaway certificate (`?verify=no` in the URL).
 """
 
@@ -74,17 +75,30 @@ class ChatServices:
             self._server.shutdown()
             self._server.server_close()
 
-    def point(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def point(self, monkeypatch: pytest.MonkeyPatch, where: Path) -> None:
         """Slack's, Discord's, Telegram's and Zulip's plugins post to this server instead of their service."""
-        from apprise.plugins.discord import NotifyDiscord
-        from apprise.plugins.slack import NotifySlack
-        from apprise.plugins.telegram import NotifyTelegram
-        from apprise.plugins.zulip import NotifyZulip
+        point_plugins(
+            monkeypatch,
+            where,
+            {
+                "slack.NotifySlack.webhook_url": f"{self.base}/services",
+                "discord.NotifyDiscord.notify_url": f"{self.base}/api/webhooks",
+                "telegram.NotifyTelegram.notify_url": f"{self.base}/bot",
+                "zulip.NotifyZulip.notify_url": f"{self.base}/zulip/{{org}}.{{hostname}}/api/v1/messages",
+            },
+        )
 
-        monkeypatch.setattr(NotifySlack, "webhook_url", f"{self.base}/services")
-        monkeypatch.setattr(NotifyDiscord, "notify_url", f"{self.base}/api/webhooks")
-        monkeypatch.setattr(NotifyTelegram, "notify_url", f"{self.base}/bot")
-        monkeypatch.setattr(NotifyZulip, "notify_url", f"{self.base}/zulip/{{org}}.{{hostname}}/api/v1/messages")
+
+def point_plugins(monkeypatch: pytest.MonkeyPatch, where: Path, pointed: dict[str, str]) -> None:
+    """Set class attributes of Apprise's plugins (`slack.NotifySlack.webhook_url`: the address its service is
+    posted to) in the process each send runs in: a `sitecustomize` module in `where`, which Python imports at
+    start from PYTHONPATH (the send's process keeps the watcher's PYTHONPATH after the project's root)."""
+    lines = ["import importlib", ""]
+    for name, value in pointed.items():
+        module, cls, attribute = name.split(".")
+        lines.append(f"setattr(importlib.import_module('apprise.plugins.{module}').{cls}, {attribute!r}, {value!r})")
+    (where / "sitecustomize.py").write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("PYTHONPATH", str(where))
 
 
 def _answer(path: str) -> tuple[int, bytes, str]:

@@ -1,6 +1,7 @@
 """outbound.py: the limits live on sessions and clients of ours (OutgoingSession, WatchedSMTP), and nothing
 of requests, urllib3 or smtplib is replaced or reached into; a call is bounded in time and size and follows
-no redirect, through our own calls and through `ROUTED` (what Apprise's plugins call), and only there."""
+no redirect, through our own calls (Apprise's sends are bounded by a guard of their own:
+tests/unit/test_apprise_guard.py)."""
 
 from __future__ import annotations
 
@@ -53,10 +54,11 @@ def test_no_private_attribute_of_another_object_is_set_anywhere_in_the_package()
 
 def test_requests_stays_as_it_is_while_and_after_a_bounded_call_runs() -> None:
     before = {name: vars(requests.Session)[name] for name in ("get_adapter", "send", "request")}
-    with outbound.bounded_requests(1, 1024):
-        during = {name: vars(requests.Session)[name] for name in before}
-        assert requests.Session().get_adapter("http://x/").__class__ is requests.adapters.HTTPAdapter
-    assert before == during == {name: vars(requests.Session)[name] for name in before}
+    with RawServer(trickling_http) as server:
+        with pytest.raises(outbound.OutboundError):
+            outbound.get(f"http://127.0.0.1:{server.port}/", timeout=0.5, max_bytes=10)
+    assert requests.Session().get_adapter("http://x/").__class__ is requests.adapters.HTTPAdapter
+    assert before == {name: vars(requests.Session)[name] for name in before}
     assert all(function.__module__ == "requests.sessions" for function in before.values())
 
 
@@ -70,44 +72,26 @@ def answering(status: int, headers: str = "", body: bytes = b"ok") -> RawServer:
     return RawServer(answer)
 
 
-def test_an_endless_answer_is_cut_off_at_the_size_through_the_session_and_through_routed() -> None:
+def test_an_endless_answer_is_cut_off_at_the_size() -> None:
     with RawServer(endless_http) as server:
-        url = f"http://127.0.0.1:{server.port}/"
-        with outbound.bounded_requests(5, 1000) as call:
-            response = outbound.session().get(url)
-            routed = outbound.ROUTED.post(url, data=b"x", timeout=999)
-        assert len(response.content) == len(routed.content) == 1000
-        assert call.too_large and call.statuses == [200, 200] and not call.fired
+        answer = outbound.get(f"http://127.0.0.1:{server.port}/", timeout=5, max_bytes=1000)
+        assert (answer.status, len(answer.body), answer.too_large) == (200, 1000, True)
 
 
-def test_a_trickling_answer_costs_the_calls_time_whatever_timeout_the_caller_asks() -> None:
+def test_a_trickling_answer_costs_the_calls_time() -> None:
     with RawServer(trickling_http) as server:
         started = time.monotonic()
-        with outbound.bounded_requests(1.0, 1000) as call:
-            with pytest.raises(requests.RequestException):
-                outbound.ROUTED.post(f"http://127.0.0.1:{server.port}/", json={}, timeout=(60, 60))
-        assert call.fired and time.monotonic() - started < 3
+        with pytest.raises(outbound.OutboundError, match=r"^no complete answer within 1 s$"):
+            outbound.post(f"http://127.0.0.1:{server.port}/", timeout=1.0, max_bytes=1000)
+        assert time.monotonic() - started < 3
 
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 def test_a_redirect_is_answered_and_never_followed(status: int) -> None:
     with answering(200) as elsewhere, answering(status, f"Location: http://127.0.0.1:{elsewhere.port}/x\r\n") as server:
-        with outbound.bounded_requests(3, 1000) as call:
-            response = outbound.ROUTED.post(f"http://127.0.0.1:{server.port}/", data=b"x")  # follows by default
-        assert response.status_code == status and "Location" not in response.headers
-        assert call.redirected == status and call.statuses == [status]
-        assert elsewhere.connections == 0
         answer = outbound.post(f"http://127.0.0.1:{server.port}/", timeout=3, max_bytes=100)
         assert answer == outbound.Answer(status, b"ok", False)
-
-
-def test_routed_outside_a_bounded_call_is_requests_itself() -> None:
-    with answering(200, body=b"x" * 5000) as server:
-        response = outbound.ROUTED.get(f"http://127.0.0.1:{server.port}/", timeout=3)
-        assert response.status_code == 200 and len(response.content) == 5000
-        assert outbound.ROUTED.codes.ok == 200 and outbound.ROUTED.RequestException is requests.RequestException
-    with pytest.raises(RuntimeError):
-        outbound.session()
+        assert elsewhere.connections == 0
 
 
 def test_an_smtp_server_slow_to_greet_costs_the_calls_time_not_the_sockets_timeout() -> None:

@@ -6,39 +6,53 @@ A URL is a secret (a token is the host part of many of them: `slack://T.../B.../
 so it is named by its scheme and its host, the host only where Apprise's service takes a host there
 (`json://`, `mmosts://`, `matrixs://`, `ntfys://...`): `apprise:json://127.0.0.1#1`, `apprise:slack#2`.
 
-A send is bounded as the other channels are: Apprise's plugins call `requests.post` (get, put, request) on
-the name `requests` of their own modules, and that name, in every plugin module Apprise has loaded, is bound
-to outbound.ROUTED (`_route`); the plugin runs inside outbound.bounded_requests, so its calls go through that
-block's OutgoingSession (the Watchdog shuts its sockets once GORGE_ALERT_CHANNEL_TIMEOUT_SEC is up; each
-answer is read up to ANSWER_BYTES) while requests itself stays as it is for every other caller. Services
-that do not send over HTTP (mail, IRC, MQTT, XMPP, syslog, the desktop ones) open sockets of their own that
-nothing here can shut: they are refused (`problem`), e-mail having its own channel.
+A send runs in a process of its own (apprise_send.py, with Apprise as published) whose environment names a
+guard of ours as its proxy (apprise_guard.py, requests takes HTTP_PROXY and HTTPS_PROXY from the environment):
+the guard resolves every host the plugin asks for and refuses one in Phorge's outbound blacklist before any
+connection, reads at most ANSWER_BYTES from the servers, and is shut with the process once
+GORGE_ALERT_CHANNEL_TIMEOUT_SEC is up. What comes back is said by kind: accepted, an HTTP status, blacklisted,
+too large, out of time, an exception's class; never a URL. Services that do not send over HTTP (mail, IRC,
+MQTT, XMPP, syslog, the desktop ones) open sockets of their own that no proxy sees: they are refused
+(`problem`), e-mail having its own channel.
 
 The text is rendered for the markup of the service (markup.py: escaped for Markdown, HTML, or the plain text
 of a service that shows it as it is) in the format the plugin sends, and declared in that format, so that
 Apprise converts nothing; on top of messages.plain() (no mention, link or line of Phorge's) no service's own
-markup (`<!channel>`, `<@id>`, `**bold**`, HTML) holds either. No redirect is followed: a 3xx answer is a
-failed send (outbound.bounded_requests). Apprise's own log lines can hold a URL with its token (its DEBUG
-lines do): its logger is silenced (gorge_site/settings.py), and failures are told by our lines, by kind (an
-HTTP status, an exception's class).
+markup (`<!channel>`, `<@id>`, `**bold**`, HTML) holds either. No redirect is followed (Apprise's own
+switch, `http_redirects`): a 3xx answer is a failed send. Apprise's own log lines can hold a URL with its
+token (its DEBUG lines do): its logger is silenced, here (gorge_site/settings.py) and in the send's process,
+and failures are told by our lines, by kind (an HTTP status, an exception's class).
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
 import sys
+import time
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import requests
-
-from .. import outbound
+from ..config import IPNetwork
 from . import markup
+from .apprise_guard import Guard, GuardReport
 from .channels import ChannelError, chat_text
 from .config import AlertConfig
 
-ANSWER_BYTES = 64 * 1024
+ANSWER_BYTES = 64 * 1024  # all a send reads from the servers, TLS and heads included
+SEND_MODULE = "webhook_delivery.alerts.apprise_send"
+ROOT = Path(__file__).resolve().parents[2]  # where `webhook_delivery` is imported from
+# What the send's process keeps of the watcher's environment: how to run Python and which certificates to
+# trust (an internal chat server's own CA), nothing of the service's settings. PYTHONPATH comes after ROOT.
+PASSED_ENVIRONMENT = (
+    *("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH"),
+    *("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"),
+)
 # Apprise plugin modules that open sockets of their own (read from Apprise 2.3.0's plugins: these import
 # socket, smtplib or a client library instead of requests); tests/process/test_alert_apprise.py reads the installed
 # Apprise again, so an upgrade that adds one fails the suite until it is listed.
@@ -92,21 +106,15 @@ def _apprise() -> Any:
 @functools.lru_cache(maxsize=1)
 def _asset() -> Any:
     apprise = _apprise()
-    # Nothing kept on disk between sends (Apprise's persistent store caches lookups, tokens among them).
-    return apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY)
+    # Nothing kept on disk between sends (Apprise's persistent store caches lookups, tokens among them), no
+    # redirect followed (as in the send's process, apprise_send.py).
+    return apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY, http_redirects=False)
 
 
 def _plugin(url: str) -> Any:
     """A fresh plugin for the URL (none kept between sends: no throttling wait left from an earlier one),
     or None when Apprise cannot read it."""
     return _apprise().Apprise.instantiate(url, asset=_asset(), suppress_exceptions=True)
-
-
-def _route() -> None:
-    """Bind `requests` to outbound.ROUTED in every Apprise plugin module loaded so far that imported it."""
-    for name, module in list(sys.modules.items()):
-        if name.startswith("apprise.plugins") and getattr(module, "requests", None) is requests:
-            setattr(module, "requests", outbound.ROUTED)  # noqa: B010 - a module's global, by name
 
 
 def _module(plugin: Any) -> str:
@@ -177,9 +185,10 @@ def problems(urls: tuple[str, ...]) -> list[str]:
 CHAT_PAYLOAD = {"message": "text", "version": "", "title": "", "attachments": "", "type": ""}
 
 
-def chat_plugin(url: str) -> Any:
-    """GORGE_ALERT_WEBHOOK_URL as Apprise's JSON plugin posting the incoming-webhook JSON Slack and Mattermost
-    accept, to exactly that URL; raises ChannelError (nothing of the URL said) when it cannot be read."""
+def chat_options(url: str) -> dict[str, Any]:
+    """GORGE_ALERT_WEBHOOK_URL as the options of Apprise's JSON plugin posting the incoming-webhook JSON Slack
+    and Mattermost accept, to exactly that URL; raises ChannelError (nothing of the URL said) when it cannot be
+    read."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
@@ -188,38 +197,57 @@ def chat_plugin(url: str) -> Any:
     host = parts.hostname or ""
     if not host:
         raise ChannelError("no host (GORGE_ALERT_WEBHOOK_URL)", refused=True)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return {
+        "secure": parts.scheme.lower() == "https",
+        "host": f"[{host}]" if ":" in host else host,
+        "port": port,
+        "user": parts.username,  # as written in the URL: Apprise unquotes them
+        "password": parts.password,
+        "fullpath": (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),  # sent as written
+        "payload": CHAT_PAYLOAD,
+    }
+
+
+def chat_plugin(url: str) -> Any:
+    """The chat webhook's plugin (`chat_options`)."""
     from apprise.plugins.custom_json import NotifyJSON  # loaded with Apprise, on first use
 
-    return NotifyJSON(  # type: ignore[no-untyped-call]
-        asset=_asset(),
-        secure=parts.scheme.lower() == "https",
-        host=f"[{host}]" if ":" in host else host,
-        port=port,
-        user=parts.username,  # as written in the URL: Apprise unquotes them
-        password=parts.password,
-        fullpath=target,  # as written: the JSON plugin sends its own `fullpath` unchanged
-        payload=CHAT_PAYLOAD,
-    )
+    return NotifyJSON(asset=_asset(), **chat_options(url))  # type: ignore[no-untyped-call]
 
 
-def send_chat(config: AlertConfig, subject: str, body: str) -> None:
+def send_chat(config: AlertConfig, subject: str, body: str, blacklist: Sequence[IPNetwork] = ()) -> None:
     """One message to the chat webhook, bounded as every Apprise send is: `{"text": <body>}`, as it always
     was (an incoming webhook's JSON has no title)."""
     del subject
     plugin = chat_plugin(config.chat_url)
-    _notify(plugin, _text_format(plugin), config.channel_timeout_sec, "", chat_text(body))
+    job = {"plugin": _class(plugin), "options": chat_options(config.chat_url), "title": "", "body": chat_text(body)}
+    _notify(
+        job | {"format": _text_format(plugin).value}, str(plugin.service_name), config.channel_timeout_sec, blacklist
+    )
 
 
-def send(target: AppriseTarget, timeout: float, subject: str, body: str) -> None:
-    """One message through Apprise, bounded in total by `timeout` (the channel timeout); raises ChannelError."""
+def send(target: AppriseTarget, timeout: float, subject: str, body: str, blacklist: Sequence[IPNetwork] = ()) -> None:
+    """One message through Apprise, bounded in total by `timeout` (the channel timeout), to no address in
+    `blacklist`; raises ChannelError."""
     plugin = _plugin(target.url)
     if plugin is None:
         raise ChannelError("not a URL Apprise knows", refused=True)
     # Rendered here for what the plugin sends, and declared so: Apprise converts nothing (markup.py).
-    form = _text_format(plugin)
+    form = _text_format(plugin).value
     family = _module(plugin)
-    _notify(plugin, form, timeout, markup.render(family, form.value, subject), markup.render(family, form.value, body))
+    job = {
+        "plugin": _class(plugin),
+        "url": target.url,
+        "title": markup.render(family, form, subject),
+        "body": markup.render(family, form, body),
+        "format": form,
+    }
+    _notify(job, str(plugin.service_name), timeout, blacklist)
+
+
+def _class(plugin: Any) -> str:
+    """The plugin's class as the send's process imports it (`module:Class`)."""
+    return f"{type(plugin).__module__}:{type(plugin).__qualname__}"
 
 
 def _text_format(plugin: Any) -> Any:
@@ -227,29 +255,71 @@ def _text_format(plugin: Any) -> Any:
     return plugin.resolve_format(_apprise().NotifyFormat.TEXT)
 
 
-def _notify(plugin: Any, form: Any, timeout: float, subject: str, body: str) -> None:
-    """Send, declared in `form`, and tell a failure by its kind; raises ChannelError."""
-    plugin.redirects = False  # Apprise's own switch: its plugins ask requests to follow none either
-    _route()
-    with outbound.bounded_requests(timeout, ANSWER_BYTES) as call:
+@dataclass(frozen=True)
+class Outcome:
+    """What one send's process and its guard said; safe to log."""
+
+    guard: GuardReport
+    timed_out: bool
+    accepted: bool = False
+    statuses: tuple[int, ...] = ()
+    error: str | None = None  # an exception's class, or why the send's process said nothing
+
+
+def _environment(proxy: str) -> dict[str, str]:
+    passed = {name: os.environ[name] for name in PASSED_ENVIRONMENT if name in os.environ}
+    path = os.pathsep.join(filter(None, [str(ROOT), passed.get("PYTHONPATH", "")]))
+    return passed | {"PYTHONPATH": path, "http_proxy": proxy, "https_proxy": proxy}
+
+
+def run(job: dict[str, Any], timeout: float, blacklist: Sequence[IPNetwork]) -> Outcome:
+    """Run the send's process for `job` behind a guard, both ended by `timeout` seconds from now."""
+    deadline = time.monotonic() + timeout
+    with Guard(blacklist, ANSWER_BYTES, deadline) as guard:
+        process = subprocess.Popen(  # noqa: S603 - our own module, run with this very Python
+            [sys.executable, "-m", SEND_MODULE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_environment(guard.url),
+            cwd=ROOT,
+        )
         try:
-            accepted = plugin.notify(body=body, title=subject, body_format=form)
-        except Exception as exc:  # noqa: BLE001 - a plugin's failure is this channel's failure, told by kind
-            raise ChannelError(type(exc).__name__) from None
-    if call.redirected is not None:
-        # Not followed (outbound.bounded_requests): a failed send, retried with backoff, whatever the plugin
-        # made of the answer.
-        raise ChannelError(f"HTTP {call.redirected}: a redirect, not followed")
-    if accepted:
-        return
-    if call.fired:
+            out, _ = process.communicate(json.dumps(job).encode(), timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            return Outcome(guard.report, timed_out=True)
+    try:
+        said = json.loads(out)
+        return Outcome(guard.report, False, bool(said["accepted"]), tuple(said["statuses"]), said["error"])
+    except (ValueError, KeyError, TypeError):
+        return Outcome(guard.report, False, error=f"the send's process ended with {process.returncode}")
+
+
+def _notify(job: dict[str, Any], service: str, timeout: float, blacklist: Sequence[IPNetwork]) -> None:
+    """Send in a process of its own, and tell a failure by its kind; raises ChannelError."""
+    outcome = run(job, timeout, blacklist)
+    guard = outcome.guard
+    if guard.blocked:
+        raise ChannelError("the chat server's address is in the outbound blacklist", refused=True)
+    if outcome.timed_out:
         raise ChannelError(f"no complete answer within {timeout:g} s")
-    refusal = next((status for status in reversed(call.statuses) if not 200 <= status < 300), None)
+    if guard.error is not None:
+        raise ChannelError(guard.error)
+    redirect = next((status for status in outcome.statuses if 300 <= status < 400), None)
+    if redirect is not None:
+        # Not followed (Apprise's switch): a failed send, retried with backoff, whatever the plugin made of it.
+        raise ChannelError(f"HTTP {redirect}: a redirect, not followed")
+    answered = bool(outcome.statuses) and all(200 <= status < 300 for status in outcome.statuses)
+    if outcome.accepted or (guard.too_large and answered):
+        return  # taken (an answer too long to read to its end says so in its status line)
+    refusal = next((status for status in reversed(outcome.statuses) if not 200 <= status < 300), None)
     if refusal is not None:
         refused = 400 <= refusal < 500 and refusal not in (408, 429)
         raise ChannelError(f"HTTP {refusal}", refused=refused)
-    if call.errors:
-        raise ChannelError(call.errors[-1])
-    if call.too_large:
+    if outcome.error is not None:
+        raise ChannelError(outcome.error)
+    if guard.too_large:
         raise ChannelError(f"an answer over {ANSWER_BYTES // 1024} KiB, cut off")
-    raise ChannelError(f"{plugin.service_name} did not take the message")
+    raise ChannelError(f"{service} did not take the message")
