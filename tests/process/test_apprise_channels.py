@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import ipaddress
 import json
 import logging
 import re
@@ -416,4 +417,26 @@ def test_a_redirecting_channel_is_logged_once_and_retried_with_backoff(
     assert AlertNotification.objects.filter(channel=channel, sent_at__isnull=True).count() == 1, "still to send"
     failing = [r for r in caplog.records if getattr(r, "event", "") == "alert.channel_failing"]
     assert [getattr(r, "channel", "") for r in failing] == [channel], "logged once"
+    assert "SECRET" not in caplog.text
+
+
+@PHORGE_DB
+def test_a_chat_server_in_phorges_outbound_blacklist_is_refused_without_a_connection(
+    phorge: Phorge, receiver: Receiver, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watcher reads the blacklist in force as the worker does (here GORGE_WEBHOOK_OUTBOUND_BLACKLIST):
+    the chat webhook and an Apprise URL on a loopback address are refused, never connected to."""
+    failing_hook(phorge, receiver, "blacklisted-alerts")
+    loopback = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+    delivery = dataclasses.replace(settings.GORGE_WEBHOOK, error_threshold=3, outbound_blacklist=loopback)
+    with Counting(200, lambda: "") as server:
+        config = dataclasses.replace(
+            with_urls(alert_config(None, None, channel_timeout_sec=5), f"json://127.0.0.1:{server.server.port}/SECRET"),
+            chat_url=f"{server.url}/hooks/SECRET",
+        )
+        result = Watcher(config, delivery).tick()
+        refused = "the chat server's address is in the outbound blacklist"
+        assert result.failed == {"chat": refused, "apprise:json://127.0.0.1#1": refused}
+        assert server.server.connections == 0
+    assert set(AlertChannel.objects.filter(refusals=1).values_list("name", flat=True)) == set(result.failed)
     assert "SECRET" not in caplog.text

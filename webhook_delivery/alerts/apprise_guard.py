@@ -141,7 +141,7 @@ class Guard:
                     return
                 first = _origin_form(head, parts.path or "/", parts.query) + rest
             upstream.sendall(first)
-            self._relay(client, upstream)
+            self._relay(client, upstream, plain=method != b"CONNECT")
         except (OSError, ValueError):
             pass  # the send's process or the server went away, or close() shut the sockets
         finally:
@@ -183,8 +183,11 @@ class Guard:
     def _remaining(self) -> float:
         return max(0.001, self.deadline - time.monotonic())
 
-    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
-        """Both ways until either side closes; the servers' bytes counted against `max_bytes`."""
+    def _relay(self, client: socket.socket, upstream: socket.socket, *, plain: bool) -> None:
+        """Both ways until either side closes; the servers' bytes counted against `max_bytes`. A plain answer's
+        head says `Connection: close` to the send's process, so that its next request comes on a connection
+        of its own (and its host is checked)."""
+        head: bytes | None = b"" if plain else None  # the answer's head while it is read
         with selectors.DefaultSelector() as selector:
             selector.register(client, selectors.EVENT_READ, upstream)
             selector.register(upstream, selectors.EVENT_READ, client)
@@ -197,6 +200,11 @@ class Guard:
                     allowed = self._count(data) if source is upstream else data
                     if allowed is None:
                         return
+                    if source is upstream and head is not None:
+                        head += allowed
+                        if b"\r\n\r\n" not in head:
+                            continue
+                        allowed, head = _closing(head), None
                     key.data.sendall(allowed)
 
     def _count(self, data: bytes) -> bytes | None:
@@ -241,11 +249,18 @@ def _host_port(authority: str, default: int) -> tuple[str, int]:
 def _origin_form(head: bytes, path: str, query: str) -> bytes:
     """The request as the server is sent it: its target without scheme and host, and one request on this
     connection (the next one, perhaps for another host, comes on a new connection and is checked again)."""
-    lines = head.split(b"\r\n")
-    method, _target, version = lines[0].split(b" ", 2)
+    line, _, rest = head.partition(b"\r\n")
+    method, _target, version = line.split(b" ", 2)
     target = (path + (f"?{query}" if query else "")).encode("latin-1")
+    return _closing(b"\r\n".join([b" ".join([method, target, version]), *([rest] if rest else [])]) + b"\r\n\r\n")
+
+
+def _closing(answer: bytes) -> bytes:
+    """The answer with its head saying `Connection: close` (and nothing else of its connection)."""
+    head, rest = answer.split(b"\r\n\r\n", 1)
+    lines = head.split(b"\r\n")
     kept = [line for line in lines[1:] if line.split(b":", 1)[0].strip().lower() not in DROPPED]
-    return b"\r\n".join([b" ".join([method, target, version]), *kept, b"Connection: close"]) + b"\r\n\r\n"
+    return b"\r\n".join([lines[0], *kept, b"Connection: close"]) + b"\r\n\r\n" + rest
 
 
 def _answer(status: int) -> bytes:

@@ -15,13 +15,14 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from django.db.models import Q
 
+from ..config import IPNetwork
 from . import apprise_channels, metrics
 from .channels import LIMITS, ChannelError, Limits, send_email
 from .config import PHORGE_CHANNEL, AlertConfig
@@ -78,20 +79,28 @@ class Digests:
         )
 
 
-def outlets(config: AlertConfig) -> dict[str, Outlet]:
-    """Every configured channel by its name, in order: e-mail, the chat webhook, each usable Apprise URL,
-    Phorge's incident tasks."""
+def outlets(config: AlertConfig, blacklist: Callable[[], Sequence[IPNetwork]] = tuple) -> dict[str, Outlet]:
+    """Every configured channel by its name, in order: e-mail, the chat webhook, each usable Apprise URL (sent
+    to no address in `blacklist()` at the time of the send), Phorge's incident tasks."""
     found: dict[str, Outlet] = {}
     if config.email_to:
         found["email"] = Digests(LIMITS["email"], functools.partial(send_email, config))
     if config.chat_url:
-        found["chat"] = Digests(LIMITS["chat"], functools.partial(apprise_channels.send_chat, config))
+        found["chat"] = Digests(
+            LIMITS["chat"], _guarded(functools.partial(apprise_channels.send_chat, config), blacklist)
+        )
     for target in apprise_channels.targets(config.apprise_urls) if config.apprise_urls else ():
-        timeout = config.channel_timeout_sec
-        found[target.name] = Digests(LIMITS["chat"], functools.partial(apprise_channels.send, target, timeout))
+        send = functools.partial(apprise_channels.send, target, config.channel_timeout_sec)
+        found[target.name] = Digests(LIMITS["chat"], _guarded(send, blacklist))
     if config.phorge_token:
         found[PHORGE_CHANNEL] = PhorgeTasks(config)
     return found
+
+
+def _guarded(
+    send: Callable[[str, str, Sequence[IPNetwork]], None], blacklist: Callable[[], Sequence[IPNetwork]]
+) -> Callable[[str, str], None]:
+    return lambda subject, body: send(subject, body, blacklist())
 
 
 def channel_names(config: AlertConfig) -> tuple[str, ...]:
@@ -115,7 +124,9 @@ class Channels:
         self.config = config
         self.owner = owner
         self._sending: dict[str, _Send] = {}
-        self.outlets = outlets(config)
+        # Phorge's outbound blacklist as the watcher last read it (its thread reads the database, not theirs).
+        self.blacklist: tuple[IPNetwork, ...] = ()
+        self.outlets = outlets(config, lambda: self.blacklist)
         self.names = tuple(self.outlets)  # the configured channels
 
     def _lease(self, channel: str) -> bool:

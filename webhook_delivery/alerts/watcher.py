@@ -32,6 +32,7 @@ from ..config import PHORGE_ALIAS, DeliveryConfig
 from ..reads import herald
 from ..reads.alert_state import active_counts
 from ..reads.health import QueueHealth
+from ..reads.phorge_status import phorge_settings
 from ..reads.replica import on_master
 from . import messages, metrics
 from .conditions import CONDITIONS, Database, Observation, Pass, Remembered
@@ -134,8 +135,16 @@ class Watcher:
                 evaluation.losses, evaluation.now, evaluation.health, evaluation.facts.links, self._notify
             )
         self._update_gauges()
+        self._read_blacklist()
         self.channels.deliver(result)
         return result
+
+    def _read_blacklist(self) -> None:
+        """Phorge's outbound blacklist in force, for the addresses of the chat servers (Apprise's sends): as the
+        worker reads it, or GORGE_WEBHOOK_OUTBOUND_BLACKLIST or Phorge's default while Phorge's database does
+        not answer."""
+        resolved = phorge_settings(self.delivery)
+        self.channels.blacklist = self.delivery.outbound_blacklist if resolved is None else resolved.blacklist.value
 
     # -- conditions ----------------------------------------------------------------------------------
 
@@ -305,4 +314,5 @@ class Watcher:
 
     def send_test(self) -> dict[str, str | None]:
         """A test message on every configured channel, now: {channel: None if sent, else the error}."""
+        self._read_blacklist()
         return self.channels.send_test()

@@ -28,11 +28,11 @@ def _phorge_settings(config: DeliveryConfig) -> PhorgeSettings:
     return PhorgeSettings(config, masters=_masters(config))  # one per process and configuration, cached a few seconds
 
 
-def phorge_settings() -> PhorgeConfig | None:
-    """Phorge's settings in force (silent mode, blacklist, base URI, retention) and where each came from;
-    None when Phorge's database is unreachable."""
+def phorge_settings(config: DeliveryConfig | None = None) -> PhorgeConfig | None:
+    """Phorge's settings in force (silent mode, blacklist, base URI, retention) and where each came from, for
+    `config` (the service's settings when None); None when Phorge's database is unreachable."""
     try:
-        return _phorge_settings(settings.GORGE_WEBHOOK).current()
+        return _phorge_settings(config or settings.GORGE_WEBHOOK).current()
     except DatabaseError:
         return None
 
