@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -76,7 +77,7 @@ def test_a_tunnel_carries_tls_end_to_end(tls: TlsFiles) -> None:
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_an_endless_answer_is_cut_off_past_the_limit(scheme: str, tls: TlsFiles) -> None:
-    wrap = {"wrap": tls.wrapper("ok")} if scheme == "https" else {}
+    wrap: dict[str, Any] = {"wrap": tls.wrapper("ok")} if scheme == "https" else {}
     with RawServer(endless_http, **wrap) as server, Guard((), 50_000, time.monotonic() + 10) as guard:
         with pytest.raises(requests.RequestException):
             requests.get(f"{scheme}://localhost:{server.port}/", proxies=through(guard), verify=str(tls.ca), timeout=9)
@@ -86,7 +87,7 @@ def test_an_endless_answer_is_cut_off_past_the_limit(scheme: str, tls: TlsFiles)
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_close_ends_a_trickling_answer_at_once(scheme: str, tls: TlsFiles) -> None:
-    wrap = {"wrap": tls.wrapper("ok")} if scheme == "https" else {}
+    wrap: dict[str, Any] = {"wrap": tls.wrapper("ok")} if scheme == "https" else {}
     failed: list[BaseException] = []
 
     def call(guard: Guard, port: int) -> None:
