@@ -17,10 +17,10 @@ from webhook_delivery.config import (
     PHORGE_ALIAS,
     REPLICA_ALIAS,
     ConfigError,
-    load_config,
     master_alias,
     parse_bool,
 )
+from webhook_delivery.phorge.formats import load_config
 from webhook_delivery.phorge_auth.config import PhorgeOAuthConfig, address_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent

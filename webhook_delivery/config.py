@@ -1,29 +1,27 @@
-"""Parse and validate the GORGE_WEBHOOK_* environment (and the partition map in Phorge's local file it may
-name). Pure: no Django import.
+"""Parse and validate the GORGE_WEBHOOK_* environment. Pure: no Django import.
 
 Every problem becomes one ConfigError naming the variable and the value expected; settings.py collects
 them and the system check in checks.py reports them, so a bad value stops startup instead of falling back.
+A value in one of Phorge's own formats (the partition map, in GORGE_WEBHOOK_CLUSTER_DATABASES or in Phorge's
+local file; the delivery-id list) is read on Phorge's side (phorge/formats.py, `PhorgeFormats`) and handed
+back here already read: this module imports nothing of phorge/.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import json
 import math
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from typing import Any, Protocol
+from urllib.parse import quote
 
 from . import jsonread
-from .phorge.cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases, parse_cluster_databases
-from .phorge.delivery_id import OFF as DELIVERY_ID_OFF
-from .phorge.delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -61,6 +59,37 @@ class ConfigError:
         return f"{self.variable}: {self.message}"
 
 
+class DeliveryIds(Protocol):
+    """Which hooks' requests carry the delivery id (phorge/delivery_id.py: DeliveryIdHooks)."""
+
+    def applies_to(self, hook_phid: str) -> bool: ...
+
+
+class ClusterMap(Protocol):
+    """Phorge's `cluster.databases` as Phorge's side read it (phorge/cluster.py: ClusterDatabases): where it
+    was read, and the master (by its key) of an application that is not on herald's."""
+
+    @property
+    def origin(self) -> str: ...
+
+    def elsewhere(self, application: str) -> str | None: ...
+
+
+class PhorgeFormats(Protocol):
+    """Reads the values written in Phorge's formats for load_config (phorge/formats.py: PHORGE_FORMATS)."""
+
+    def delivery_id_hooks(self, raw: str) -> DeliveryIds:
+        """GORGE_WEBHOOK_DELIVERY_ID_HOOKS; raises ValueError saying what is wrong (not naming the variable)."""
+        ...
+
+    def cluster(
+        self, raw: str, local_config: str, herald_url: str
+    ) -> tuple[ClusterMap | None, dict[str, str], list[ConfigError]]:
+        """The partition map at start (`raw`: GORGE_WEBHOOK_CLUSTER_DATABASES, else the local file's), the
+        database URL of each master other than herald's by its key, and the problems."""
+        ...
+
+
 @dataclass(frozen=True)
 class DeliveryConfig:
     namespace: str = "phabricator"
@@ -83,9 +112,9 @@ class DeliveryConfig:
     attempt_log_days: int = 7
     attempt_log_per_hook: int = 10_000
     attempt_log_body_bytes: int = 0
-    delivery_id_hooks: DeliveryIdHooks = DELIVERY_ID_OFF  # GORGE_WEBHOOK_DELIVERY_ID_HOOKS: off by default
+    delivery_id_hooks: DeliveryIds | None = None  # GORGE_WEBHOOK_DELIVERY_ID_HOOKS; None: off (the default)
     # How to reach every master: GORGE_WEBHOOK_CLUSTER_DATABASES, else cluster.databases in the local file.
-    cluster: ClusterDatabases | None = None
+    cluster: ClusterMap | None = None
     replica_max_lag_sec: int = 30  # GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC: beyond it, pages read the master
 
     @property
@@ -126,69 +155,6 @@ def read_local_file(path: str) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(values, dict):
         return None, "not a JSON object of option to value"
     return values, ""
-
-
-def local_cluster_value(values: Mapping[str, Any]) -> Any:
-    """`cluster.databases` in the local file; None when it is not set there or is Phorge's default (empty),
-    which Phorge reads as one server, mysql.host."""
-    value = values.get(CLUSTER_KEY)
-    return None if value in ([], {}) else value
-
-
-def _cluster(
-    parse: Callable[[], ClusterDatabases], herald_url: str, *, variable: str, origin: str, frame: tuple[str, str]
-) -> tuple[ClusterDatabases | None, dict[str, str], list[ConfigError]]:
-    """Phorge's `cluster.databases`, as `parse` reads it; each master other than herald's is reached with the
-    entry's user and pass, else with the herald connection's. Errors never show a value; `frame` (before,
-    after) says where the map was read."""
-    try:
-        cluster = dataclasses.replace(parse(), origin=origin)
-    except ClusterError as exc:
-        return None, {}, [ConfigError(variable, f"{frame[0]}{exc}{frame[1]}")]
-    parts = urlsplit(herald_url)
-    problem = ""
-    if not parts.scheme.startswith("mysql"):
-        problem = "needs a MySQL/MariaDB herald database"
-    elif cluster.master_for(HERALD) is None:
-        problem = "no master serves herald (no partition lists it, no default)"
-    if problem:
-        return None, {}, [ConfigError(variable, f"{frame[0]}{problem}{frame[1]}")]
-    urls = {}
-    masters = {ref.ref_key: ref for ref in cluster.enabled_masters()}
-    for master in (masters[key] for key in cluster.reachable()):
-        user = master.user if master.user is not None else unquote(parts.username or "")
-        password = master.password if master.password is not None else unquote(parts.password or "")
-        host = f"[{master.host}]" if ":" in master.host else master.host
-        auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "")
-        urls[master.ref_key] = f"mysql://{auth}@{host}:{master.port}/"
-    return cluster, urls, []
-
-
-def _configured_cluster(
-    raw: str, local_config: str, herald_url: str
-) -> tuple[ClusterDatabases | None, dict[str, str], list[ConfigError]]:
-    """The map at start: GORGE_WEBHOOK_CLUSTER_DATABASES, else `cluster.databases` in the local file, read
-    once since the masters' database aliases are made from it. A file that cannot be read gives no map here:
-    gorge.E002 stops start-up."""
-    if raw:
-        return _cluster(
-            lambda: loads_cluster_databases(raw),
-            herald_url,
-            variable=CLUSTER_VARIABLE,
-            origin=FROM_CLUSTER_VARIABLE,
-            frame=("", " (the JSON of Phorge's cluster.databases)"),
-        )
-    values = read_local_file(local_config)[0] if local_config else None
-    value = None if values is None else local_cluster_value(values)
-    if value is None:
-        return None, {}, []
-    return _cluster(
-        lambda: parse_cluster_databases(value),
-        herald_url,
-        variable=LOCAL_CONFIG_VARIABLE,
-        origin=f"the local file {local_config}",
-        frame=(f"{CLUSTER_KEY} in {local_config} is refused: ", ""),
-    )
 
 
 def default_blacklist() -> tuple[IPNetwork, ...]:
@@ -293,7 +259,8 @@ class _Reader:
         return value
 
 
-def load_config(env: Mapping[str, str]) -> LoadedConfig:
+def load_config(env: Mapping[str, str], phorge: PhorgeFormats) -> LoadedConfig:
+    """The settings of `env`, the values in Phorge's formats read by `phorge` (phorge/formats.py)."""
     r = _Reader(env)
 
     namespace = r.raw("GORGE_WEBHOOK_NAMESPACE") or ""
@@ -371,13 +338,13 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
     log_body = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_BODY_BYTES", 0, minimum=0, maximum=65_536)
 
     try:
-        delivery_id_hooks = parse_delivery_id_hooks(r.raw("GORGE_WEBHOOK_DELIVERY_ID_HOOKS") or "")
+        delivery_id_hooks = phorge.delivery_id_hooks(r.raw("GORGE_WEBHOOK_DELIVERY_ID_HOOKS") or "")
     except ValueError as exc:
         r.errors.append(ConfigError("GORGE_WEBHOOK_DELIVERY_ID_HOOKS", str(exc)))
-        delivery_id_hooks = DELIVERY_ID_OFF
+        delivery_id_hooks = phorge.delivery_id_hooks("")  # off
 
     raw_cluster = r.raw(CLUSTER_VARIABLE) or ""
-    cluster, master_urls, cluster_errors = _configured_cluster(raw_cluster, local_config, url)
+    cluster, master_urls, cluster_errors = phorge.cluster(raw_cluster, local_config, url)
     r.errors.extend(cluster_errors)
 
     replica_url = r.raw("GORGE_WEBHOOK_REPLICA_DATABASE_URL") or ""

@@ -39,7 +39,8 @@ def test_nat64_and_6to4_addresses_are_judged_by_the_ipv4_address_they_reach() ->
 
 
 def test_the_example_blacklist_blocks_every_way_to_this_host_and_a_blank_value_is_an_error() -> None:
-    from webhook_delivery.config import load_config, parse_blacklist
+    from webhook_delivery.config import parse_blacklist
+    from webhook_delivery.phorge.formats import load_config
     from webhook_delivery.phorge.netguard import is_blocked, local_gaps
 
     line = next(

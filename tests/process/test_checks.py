@@ -10,7 +10,8 @@ import pytest
 
 from tests.support.helpers import PHORGE_DB, worker_env
 from tests.support.processes import manage
-from webhook_delivery.config import LEASE_MARGIN_SEC, load_config
+from webhook_delivery.config import LEASE_MARGIN_SEC
+from webhook_delivery.phorge.formats import load_config
 
 DEEP_ENV = "[" * 20_000 + "]" * 20_000  # an environment value has at most 128 KiB
 

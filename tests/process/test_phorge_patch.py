@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
-from webhook_delivery.config import load_config
 from webhook_delivery.phorge.config import LocalRead, resolve
+from webhook_delivery.phorge.formats import load_config
 
 PATCH = ROOT / "contrib" / "phorge" / "gorge-webhook.patch"
 PREDICATE = "src/extensions/gorge-webhook/HeraldGorgeWebhookDelivery.php"

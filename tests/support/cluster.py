@@ -37,6 +37,6 @@ def local_file(tmp_path: Any, values: dict[str, Any]) -> str:
 
 
 def config_from(path: str, **env: str) -> Any:
-    from webhook_delivery.config import load_config
+    from webhook_delivery.phorge.formats import load_config
 
     return load_config({"GORGE_WEBHOOK_DATABASE_URL": HERALD_URL, "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG": path, **env})

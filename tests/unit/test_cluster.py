@@ -150,7 +150,7 @@ def test_the_warning_names_each_consequence() -> None:
 
 
 def _loaded(value: Any, url: str = "mysql://svc:herald%2Fpw@db-a.example.org:3306/phabricator_herald") -> Any:
-    from webhook_delivery.config import load_config
+    from webhook_delivery.phorge.formats import load_config
 
     text = value if isinstance(value, str) else json.dumps(value)
     return load_config({"GORGE_WEBHOOK_DATABASE_URL": url, "GORGE_WEBHOOK_CLUSTER_DATABASES": text})
@@ -283,7 +283,7 @@ def test_the_variable_wins_over_the_local_file(tmp_path: Any) -> None:
 def test_a_bad_map_in_the_local_file_stops_start_up_naming_the_file_and_key_not_the_password(
     tmp_path: Any, value: Any, url: str | None, message: str
 ) -> None:
-    from webhook_delivery.config import load_config
+    from webhook_delivery.phorge.formats import load_config
 
     path = local_file(tmp_path, {"cluster.databases": value})
     env = {"GORGE_WEBHOOK_DATABASE_URL": url or HERALD_URL, "GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG": path}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook_delivery.config import default_blacklist, load_config, parse_blacklist
+from webhook_delivery.config import default_blacklist, parse_blacklist
+from webhook_delivery.phorge.formats import load_config
 
 
 def test_defaults_follow_phorge_and_the_spec() -> None:
@@ -69,7 +70,7 @@ def test_numbers_in_range_are_taken_as_written() -> None:
 
 
 def test_a_bad_delivery_id_setting_is_one_config_error_naming_the_variable() -> None:
-    from webhook_delivery.config import load_config
+    from webhook_delivery.phorge.formats import load_config
 
     base = {"GORGE_WEBHOOK_DATABASE_URL": "mysql://u@127.0.0.1/phorge_herald"}
     assert load_config(base).delivery.delivery_id_hooks.off

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from webhook_delivery.config import load_config
 from webhook_delivery.phorge.config import LocalRead, PhorgeConfig, resolve
 from webhook_delivery.phorge.delegation import FORK_OWNER, SERVICE_URI
+from webhook_delivery.phorge.formats import load_config
 
 UNSET = load_config({}).delivery  # no GORGE_WEBHOOK_SILENT, no local file
 FILE = "/srv/phorge/conf/local/local.json"

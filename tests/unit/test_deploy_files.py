@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.support import ROOT
-from webhook_delivery.config import load_config
+from webhook_delivery.phorge.formats import load_config
 
 UNITS = sorted((ROOT / "docs" / "systemd").glob("*.service"))
 HARDENING = {

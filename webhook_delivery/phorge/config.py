@@ -26,7 +26,6 @@ from ..config import (
     FROM_CLUSTER_VARIABLE,
     DeliveryConfig,
     IPNetwork,
-    local_cluster_value,
     parse_blacklist,
     read_local_file,
 )
@@ -37,12 +36,13 @@ from .databases import (
     ConnectionSource,
     Masters,
     MasterUnavailable,
-    _NoAccessError,
+    NoAccessError,
     herald_connection,
     qualified,
     select,
 )
 from .delegation import DELEGATION_KEYS, SERVICE_URI, Delegation, decide, first_switch
+from .formats import configured_map, local_cluster_value
 from .herald import text
 from .netguard import local_gaps
 
@@ -383,7 +383,7 @@ class ConfigDatabase:
             # Logged by Masters; the values last read stay in force (none read yet: as without the grant).
             cached = self._cached
             return None if cached is None else cached[1]
-        except _NoAccessError as exc:
+        except NoAccessError as exc:
             if not self._unreadable:
                 self._unreadable = True
                 logger.info(
@@ -488,7 +488,7 @@ class PhorgeSettings:
                 )
 
     def _file_map_changed(self, values: dict[str, Any]) -> bool:
-        cluster = self.config.cluster
+        cluster = configured_map(self.config.cluster)
         if cluster is not None and cluster.origin == FROM_CLUSTER_VARIABLE:
             return False  # the variable wins over the file, now as at start
         value = local_cluster_value(values)

@@ -2,7 +2,7 @@
 
 Everything is a SELECT on `<namespace>_<app>`.`<table>` through the herald connection (default alias
 PHORGE_ALIAS), so the same MariaDB user needs an extra grant for each; `grants_sql()` prints them. Without a
-grant (or on SQLite, where none of these databases exist) a read raises _NoAccessError and each feature
+grant (or on SQLite, where none of these databases exist) a read raises NoAccessError and each feature
 degrades to what the project did without it, saying so once in the log. Any other database error propagates
 as django.db.DatabaseError so the worker's outage handling keeps the request queued.
 
@@ -26,9 +26,18 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from ..config import CLUSTER_KEY, CLUSTER_VARIABLE, LOCAL_CONFIG_VARIABLE, NAMESPACE_RE, PHORGE_ALIAS, master_alias
+from ..config import (
+    CLUSTER_KEY,
+    CLUSTER_VARIABLE,
+    LOCAL_CONFIG_VARIABLE,
+    NAMESPACE_RE,
+    PHORGE_ALIAS,
+    ClusterMap,
+    master_alias,
+)
 from .cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases
 from .columns import Record, positional
+from .formats import configured_map
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +71,7 @@ def herald_connection() -> AbstractContextManager[Any]:
     return nullcontext(connections[PHORGE_ALIAS])
 
 
-class _OnceLog:
+class OnceLog:
     """Logs each key once per process, from any thread."""
 
     def __init__(self) -> None:
@@ -81,20 +90,23 @@ class _OnceLog:
             return sorted(self._seen)
 
 
-class _NoAccessError(Exception):
+class NoAccessError(Exception):
+    """The table cannot be read: no SELECT grant, no such database or table (`code`: the server's error
+    number; None where there are no such databases, on SQLite)."""
+
     def __init__(self, code: int | None) -> None:
         super().__init__(code)
         self.code = code
 
 
 def select(source: ConnectionSource, sql: str, params: Mapping[str, Any]) -> list[Record]:
-    """Run one SELECT written with `%(name)s` parameters; its rows by column name. Raises _NoAccessError
+    """Run one SELECT written with `%(name)s` parameters; its rows by column name. Raises NoAccessError
     when the table cannot be read (no grant, no such database), DatabaseError for anything else."""
     # A refused SELECT is answered inside the borrowed connection's block: the connection is fine, and a pool
     # that saw the error would close it and pay a reconnect on the next read.
     with source() as connection:
         if connection.vendor != "mysql":
-            raise _NoAccessError(None)
+            raise NoAccessError(None)
         try:
             with connection.cursor() as cursor:
                 cursor.execute(*positional(sql, params))
@@ -103,7 +115,7 @@ def select(source: ConnectionSource, sql: str, params: Mapping[str, Any]) -> lis
         except DatabaseError as exc:
             code = _error_code(exc)
             if code in NO_ACCESS_ERRORS:
-                raise _NoAccessError(code) from exc
+                raise NoAccessError(code) from exc
             raise
 
 
@@ -190,12 +202,12 @@ class PartitionMap:
         namespace: str,
         *,
         connection: ConnectionSource | None = None,
-        configured: ClusterDatabases | None = None,
+        configured: ClusterMap | None = None,
         ttl: float = PARTITION_CACHE_SEC,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = qualified(namespace, "meta_data", "hoststate")
-        self.configured = configured
+        self.configured = configured_map(configured)
         self._connection = connection or herald_connection
         self._ttl = ttl
         self._clock = clock
@@ -237,7 +249,7 @@ class PartitionMap:
         sql = f"SELECT stateValue FROM {self.table} WHERE stateKey = %(key)s"
         try:
             rows = select(self._connection, sql, {"key": HOSTSTATE_KEY})
-        except _NoAccessError as exc:
+        except NoAccessError as exc:
             if exc.code is not None and _MAP_LOG.first(f"unreadable {self.table}"):
                 known = (
                     f"the map from {self.configured.origin or 'the configuration'} is used"
@@ -264,7 +276,7 @@ class PartitionMap:
             return Placement(problem=str(exc))
 
 
-_MAP_LOG = _OnceLog()
+_MAP_LOG = OnceLog()
 
 
 def alias_source(ref_key: str) -> ConnectionSource | None:
@@ -315,7 +327,7 @@ class Masters:
         self._down_until: dict[str, float] = {}
 
     @classmethod
-    def single(cls, namespace: str, herald: ConnectionSource, *, configured: ClusterDatabases | None = None) -> Masters:
+    def single(cls, namespace: str, herald: ConnectionSource, *, configured: ClusterMap | None = None) -> Masters:
         """One reader of the map on `herald`; the other masters (if configured) through this thread's
         connections of their Django aliases (the web side; the worker lends pooled ones)."""
         return cls(PartitionMap(namespace, connection=herald, configured=configured), herald, others=alias_source)

@@ -20,7 +20,7 @@ from django.db import DatabaseError
 
 from . import names
 from .columns import Record, in_filter
-from .databases import UNREADABLE_RECHECK_SEC, Masters, MasterUnavailable, _NoAccessError, _OnceLog, qualified, select
+from .databases import UNREADABLE_RECHECK_SEC, Masters, MasterUnavailable, NoAccessError, OnceLog, qualified, select
 from .herald import text
 from .names import ById, CommitRef, ObjectName, Reference, Repository, RepositoryRef, UserRef
 from .objects import OBJECT_TABLES
@@ -180,7 +180,7 @@ class ObjectNames:
         self.masters = masters
         self._clock = clock
         self._cache = _Cache(ttl, clock)
-        self._logged = _OnceLog()
+        self._logged = OnceLog()
         self._unreadable: dict[str, float] = {}
 
     # -- PHID -> name --------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ class ObjectNames:
             return None
         try:
             return select(route.source, sql, params)
-        except _NoAccessError as exc:
+        except NoAccessError as exc:
             self._unreadable[app] = self._clock() + UNREADABLE_RECHECK_SEC
             if exc.code is None:
                 if self._logged.first("no mysql"):

@@ -18,9 +18,9 @@ from .databases import (
     UNREADABLE_RECHECK_SEC,
     ConnectionSource,
     Masters,
+    NoAccessError,
+    OnceLog,
     Route,
-    _NoAccessError,
-    _OnceLog,
     herald_connection,
     qualified,
     select,
@@ -28,7 +28,6 @@ from .databases import (
 from .herald import text
 from .payload import phid_get_type, stored_values, transactions_newest_first
 
-# The name operators filter on today; it changes when the modules move into subpackages (issue 21).
 logger = logging.getLogger(__name__)
 
 
@@ -81,7 +80,7 @@ class PhorgeObjects:
         self.namespace = namespace
         self.masters = masters or Masters.single(namespace, connection or herald_connection)
         self.partitions = self.masters.partitions
-        self._logged = _OnceLog()
+        self._logged = OnceLog()
         self._unreadable: dict[str, float] = {}
 
     def _route(self, app: str, tables: ObjectTables) -> Route:
@@ -117,7 +116,7 @@ class PhorgeObjects:
             found = select(
                 route.source, f"SELECT 1 AS found FROM {objects} WHERE phid = %(phid)s LIMIT 1", {"phid": object_phid}
             )
-        except _NoAccessError as exc:
+        except NoAccessError as exc:
             return self._fall_back(objects, tables, phid_type, exc, stored, objects_checked=False)
         if not found:
             return None
@@ -135,7 +134,7 @@ class PhorgeObjects:
                 f"SELECT phid FROM {xactions} WHERE objectPHID = %(object)s AND {listed} ORDER BY id DESC",
                 {"object": object_phid, **params},
             )
-        except _NoAccessError as exc:
+        except NoAccessError as exc:
             return self._fall_back(xactions, tables, phid_type, exc, stored, objects_checked=True)
         return [text(row["phid"]) for row in rows]
 
@@ -144,7 +143,7 @@ class PhorgeObjects:
         table: str,
         tables: ObjectTables,
         phid_type: str,
-        exc: _NoAccessError,
+        exc: NoAccessError,
         stored: Any,
         *,
         objects_checked: bool,

@@ -18,14 +18,12 @@ from .databases import (
     ConnectionSource,
     Masters,
     MasterUnavailable,
-    _NoAccessError,
+    NoAccessError,
     herald_connection,
     qualified,
     select,
 )
 from .herald import text
-
-# The name operators filter on today; it changes when the modules move into subpackages (issue 21).
 
 WEBHOOK_TASK_CLASS = "HeraldWebhookWorker"
 ARCHIVE_RESULT_CANCELLED = 2  # PhabricatorWorkerArchiveTask::RESULT_CANCELLED (bin/worker cancel)
@@ -103,7 +101,7 @@ class PhpWorkerGuard:
             (counted,) = select(connection, self.active_sql(), {"task_class": WEBHOOK_TASK_CLASS})
         except MasterUnavailable as exc:
             return PhpDelivery.unknown(f"{exc}: PHP delivery cannot be seen")
-        except _NoAccessError:
+        except NoAccessError:
             return PhpDelivery.unknown(f"cannot read {self.active_table} (no SELECT grant, or not Phorge's database)")
         active, leased, db_now = int(counted["active"]), int(counted["leased"]), int(counted["now"])
         try:
@@ -114,7 +112,7 @@ class PhpWorkerGuard:
             )
             recent: int | None = int(archived["archived"])
             last: int | None = None if archived["latest"] is None else int(archived["latest"])
-        except (_NoAccessError, MasterUnavailable):
+        except (NoAccessError, MasterUnavailable):
             recent = last = None
         minutes = self.recent_sec // 60
         parts = [f"{active} HeraldWebhookWorker task(s) queued in Phorge ({leased} leased by phd)"]
@@ -149,7 +147,7 @@ class PhpWorkerGuard:
             rows = select(connection, sql, {"task_class": WEBHOOK_TASK_CLASS, **params})
         except MasterUnavailable:
             return None
-        except _NoAccessError:
+        except NoAccessError:
             self._unreadable_until = self._clock() + UNREADABLE_RECHECK_SEC
             return None
         return {text(row["objectPHID"]) for row in rows}

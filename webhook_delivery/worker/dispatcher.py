@@ -136,7 +136,8 @@ class Dispatcher:
 
     def _delivery_id(self, row: RequestRow, hook: Hook) -> tuple[tuple[str, str], ...]:
         """The opt-in `webhook-id` header: the request's PHID, the same on every retry and redelivery."""
-        if not self.config.delivery_id_hooks.applies_to(hook.phid):
+        chosen = self.config.delivery_id_hooks
+        if chosen is None or not chosen.applies_to(hook.phid):
             return ()
         if not _HEADER_VALUE.fullmatch(row.phid):  # a receiver that deduplicates must never get another id
             raise UnsendableRequest(f"the request PHID cannot be sent as the {DELIVERY_ID_HEADER} header")

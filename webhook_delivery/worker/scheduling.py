@@ -19,7 +19,6 @@ from .attempts import AttemptLog
 from .job import Job, JobResult
 from .metrics import Counters
 
-# The name operators filter on today; it changes when the modules move into subpackages (issue 21).
 logger = logging.getLogger(__name__)
 
 LOCK_BUSY_SKIP_SEC = 1.0
