@@ -1,8 +1,12 @@
-"""The tree shows the two processes: what each folder may import is checked from the files themselves."""
+"""The tree shows the two processes: what each folder may import is checked from the files themselves, and
+the module map (docs/develop.md, "The module map") names every package and module there is, and no other."""
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -91,6 +95,72 @@ def test_phorges_values_and_rules_import_neither_process(path: Path) -> None:
     assert not [
         module for module in imports_of(path) if any(_under(module, side) for side in (WORKER, WEB, ALERTS, READS))
     ]
+
+
+def test_the_settings_parser_reads_no_phorge_format() -> None:
+    """config.py is the base layer: Phorge's formats (the partition map, the delivery-id list) are read on
+    Phorge's side (phorge/formats.py) and handed to it."""
+    assert not [module for module in imports_of(PACKAGE / "config.py") if _under(module, "webhook_delivery.phorge")]
+    assert [
+        m
+        for m in imports_of(PACKAGE / "config.py", "from .phorge.cluster import X")
+        if _under(m, "webhook_delivery.phorge")
+    ]
+
+
+def _map_lines() -> list[str]:
+    """The module map's bullets, each on one line."""
+    text = (ROOT / "docs" / "develop.md").read_text()
+    section = text.split("\n### The module map\n", 1)[1].split("\n## ", 1)[0]
+    bullets = re.split(r"\n(?=\* )", section.split("\n* ", 1)[1])
+    return [" ".join(bullet.split()) for bullet in bullets]
+
+
+def module_map(lines: list[str]) -> set[str]:
+    """What the map names, as paths below webhook_delivery/: each bullet's package (`reads/`), and every module
+    (`herald.py`) or package (`commands/`) it names, below that package."""
+    named: set[str] = set()
+    for line in lines:
+        package, *names = re.findall(r"`([\w/]+(?:\.py|/))`", line)
+        package = "" if package == "webhook_delivery/" else package
+        named.add(package)
+        named.update(package + name for name in names)
+    return named - {""}
+
+
+def modules_in_tree() -> set[str]:
+    found: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE)
+        if "migrations" in relative.parts or relative == Path("__init__.py"):
+            continue
+        found.add(f"{relative.parent.as_posix()}/" if path.name == "__init__.py" else relative.as_posix())
+    return found
+
+
+def test_the_module_map_names_every_package_and_module_and_no_other() -> None:
+    named, there = module_map(_map_lines()), modules_in_tree()
+    assert sorted(named - there) == [], "named in the module map, not in the tree"
+    assert sorted(there - named) == [], "in the tree, not named in the module map (docs/develop.md)"
+    assert {"worker/store.py", "alerts/management/commands/", "management/options.py"} <= named
+
+
+def test_the_module_map_check_sees_a_missing_and_an_extra_name() -> None:
+    lines = _map_lines()
+    without = [line.replace("`store.py`", "the store") for line in lines]
+    assert modules_in_tree() - module_map(without) == {"worker/store.py"}
+    extra = [*lines, "* `worker/`: `gone.py`"]
+    assert module_map(extra) - modules_in_tree() == {"worker/gone.py"}
+
+
+def test_no_comment_names_an_issue() -> None:
+    """A comment says why, for whoever reads the code now; the issue that brought it is in the history."""
+    found = []
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "gorge_site").rglob("*.py")]:
+        for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if token.type == tokenize.COMMENT and re.search(r"\bissues? #?\d+", token.string, re.IGNORECASE):
+                found.append(f"{path.relative_to(ROOT)}:{token.start[0]}")
+    assert found == []
 
 
 def test_the_dispatcher_touches_no_database() -> None:
