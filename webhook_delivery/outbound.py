@@ -1,10 +1,10 @@
-"""Calls that are not deliveries (an alert to a chat service, a question to Phorge's OAuth server or Conduit),
-bounded in total time and in answer size, whatever the other side does.
+"""Calls that are not deliveries (a question to Phorge's OAuth server or Conduit, an alert by e-mail), bounded
+in total time and in answer size, whatever the other side does.
 
 A socket timeout bounds each read; a server that trickles a byte at a time never trips it. So every call
 runs under a Watchdog that shuts its sockets down once the call's time is up: a blocked read or write then
 fails at once. Answers are read in chunks up to a size, and a bigger one is cut off and said to be too large.
-Errors carry no URL (a chat webhook URL is a secret; a token may ride in one): only their kind.
+Errors carry no URL (a token may ride in one): only their kind.
 
 The limits live on sessions and clients of our own, as Zulip's OutgoingSession keeps them: `OutgoingSession`
 is a requests.Session with its own adapter mounted (its connections' sockets watched, each answer read by it

@@ -105,7 +105,7 @@ def alert_config(smtp: Smtp | None, chat: Chat | None, **changes: Any) -> AlertC
             email_to=("ops@example.com",) if smtp else (),
             chat_url=chat.url if chat else "",
             site_url="https://gorge.example.com",
-            channel_timeout_sec=1.0,
+            channel_timeout_sec=2.0,  # an Apprise send starts a process (about 0.3 s): room for a busy machine
             interval_sec=0.2,
         ),
         **changes,
