@@ -2,8 +2,9 @@
 webhook's text (the other channels: apprise_channels.py, the chat webhook among them, and phorge_tasks.py).
 
 Each send is bounded in total by the channel timeout (an e-mail's by outbound.Watchdog, an Apprise send's by
-the end of its process and proxy: a server that trickles cannot stretch it). Errors are described by kind only (an exception's class, an SMTP code or an HTTP status): a
-library's error may name its URL, and a chat URL is a secret. `ChannelError.refused` tells a channel that
+the end of its process and proxy: a server that trickles cannot stretch it). Errors are described by kind
+only (an exception's class, an SMTP code or an HTTP status): a library's error may name its URL, and a chat
+URL is a secret. `ChannelError.refused` tells a channel that
 refuses what it was given (a 4xx or 5xx SMTP answer, a 4xx HTTP one) from one that is down.
 """
 
