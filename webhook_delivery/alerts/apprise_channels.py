@@ -50,12 +50,12 @@ ROOT = Path(__file__).resolve().parents[2]  # where `webhook_delivery` is import
 # What the send's process keeps of the watcher's environment: how to run Python and which certificates to
 # trust (an internal chat server's own CA), nothing of the service's settings. PYTHONPATH comes after ROOT.
 PASSED_ENVIRONMENT = (
-    *("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH"),
-    *("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"),
-)
+    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+)  # fmt: skip
 # Apprise plugin modules that open sockets of their own (read from Apprise 2.3.0's plugins: these import
-# socket, smtplib or a client library instead of requests); tests/process/test_alert_apprise.py reads the installed
-# Apprise again, so an upgrade that adds one fails the suite until it is listed.
+# socket, smtplib or a client library instead of requests); tests/process/test_apprise_channels.py reads the
+# installed Apprise again, so an upgrade that adds one fails the suite until it is listed.
 NOT_HTTP = frozenset(
     {
         "amqp",
@@ -220,10 +220,14 @@ def send_chat(config: AlertConfig, subject: str, body: str, blacklist: Sequence[
     was (an incoming webhook's JSON has no title)."""
     del subject
     plugin = chat_plugin(config.chat_url)
-    job = {"plugin": _class(plugin), "options": chat_options(config.chat_url), "title": "", "body": chat_text(body)}
-    _notify(
-        job | {"format": _text_format(plugin).value}, str(plugin.service_name), config.channel_timeout_sec, blacklist
-    )
+    job = {
+        "plugin": _class(plugin),
+        "options": chat_options(config.chat_url),
+        "title": "",
+        "body": chat_text(body),
+        "format": _text_format(plugin).value,
+    }
+    _notify(job, str(plugin.service_name), config.channel_timeout_sec, blacklist)
 
 
 def send(target: AppriseTarget, timeout: float, subject: str, body: str, blacklist: Sequence[IPNetwork] = ()) -> None:
