@@ -1,6 +1,6 @@
 """The heartbeat's version (records/heartbeat.py): written by each worker, shown beside it on the dashboard and
 in the health JSON, workers of two versions said as such; a row of a release that did not write it reads as
-unknown. The same with real processes of two releases: the process lane's upgrade test."""
+unknown. The same with real processes of two releases: tests/process/test_upgrade.py."""
 
 from __future__ import annotations
 

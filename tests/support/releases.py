@@ -59,29 +59,30 @@ def git(*args: str, cwd: Path = ROOT) -> str:
     return done.stdout
 
 
-def pyproject_version(commit: str) -> str | None:
+def pyproject_version(commit: str, root: Path = ROOT) -> str | None:
     try:
-        return str(tomllib.loads(git("show", f"{commit}:pyproject.toml"))["project"]["version"])
+        return str(tomllib.loads(git("show", f"{commit}:pyproject.toml", cwd=root))["project"]["version"])
     except (NoRelease, tomllib.TOMLDecodeError, KeyError):
         return None
 
 
-def release_commit(version: str) -> str:
+def release_commit(version: str, root: Path = ROOT) -> str:
     """The commit that set `version` in pyproject.toml (the oldest that says it), else the tag v<version>."""
     try:
-        shallow = git("rev-parse", "--is-shallow-repository").strip() == "true"
+        shallow = git("rev-parse", "--is-shallow-repository", cwd=root).strip() == "true"
     except NoRelease as exc:
-        raise NoRelease(f"{ROOT} is not a git checkout, so release {version}'s tree cannot be had: {exc}") from exc
+        raise NoRelease(f"{root} is not a git checkout, so release {version}'s tree cannot be had: {exc}") from exc
     if shallow:
         raise NoRelease(
             f"this clone is shallow: release {version}'s commit is not in its history. "
             "Fetch the whole history (git fetch --unshallow) to run the upgrade test."
         )
-    for commit in git("log", "--reverse", "--format=%H", f'-Sversion = "{version}"', "--", "pyproject.toml").split():
-        if pyproject_version(commit) == version:
+    searched = git("log", "--reverse", "--format=%H", f'-Sversion = "{version}"', "--", "pyproject.toml", cwd=root)
+    for commit in searched.split():
+        if pyproject_version(commit, root) == version:
             return commit
     try:
-        return git("rev-parse", "--verify", "--quiet", f"refs/tags/v{version}^{{commit}}").strip()
+        return git("rev-parse", "--verify", "--quiet", f"refs/tags/v{version}^{{commit}}", cwd=root).strip()
     except NoRelease:
         raise NoRelease(
             f"no commit sets version {version} in pyproject.toml and there is no tag v{version}: the CHANGELOG "

@@ -1,7 +1,7 @@
 """Migrations the previous release survives (docs/develop.md): every migration of the project's apps after the
 last release's (the CHANGELOG's "Django's database at X") only adds, or relaxes, or is the contract step of
 a change the last release already no longer uses; and each can be undone, for a rollback. The released
-migrations stay in the tree under their names. Real processes of two releases: the process lane's upgrade test."""
+migrations stay in the tree under their names. Real processes of two releases: tests/process/test_upgrade.py."""
 
 from __future__ import annotations
 
