@@ -37,8 +37,9 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links=/wheels /wheels/*.whl
 
 WORKDIR /app
-# pyproject.toml carries the version the processes report (webhook_delivery/version.py).
-COPY manage.py pyproject.toml ./
+COPY manage.py ./
+# The version the processes report is read from here (webhook_delivery/version.py).
+COPY pyproject.toml ./
 COPY gorge_site/ gorge_site/
 COPY webhook_delivery/ webhook_delivery/
 # The code stays root-owned (read-only for the service); only var/ (the embedded SQLite default) is writable.

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import requests
 from django.apps import apps
+from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import ROOT
@@ -97,8 +98,6 @@ class Feeder:
     connection), and remembers each request's object PHID."""
 
     def __init__(self, hooks: list[str], per_second: int) -> None:
-        from django.conf import settings
-
         self.hooks, self.per_second = hooks, per_second
         self.database = str(settings.DATABASES["phorge"]["NAME"])
         self.objects: list[str] = []
