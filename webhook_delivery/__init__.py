@@ -20,5 +20,5 @@ The folders are the processes:
 
 At the root: Django's discovery points (apps, models, admin, urls, checks, management/, templatetags/),
 the settings (config.py) and what both processes share (state.py, logformat.py, terminal.py, grants.py,
-requeue_rules.py).
+requeue_rules.py, version.py).
 """
