@@ -38,6 +38,8 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 
 WORKDIR /app
 COPY manage.py ./
+# The version the processes report is read from here (webhook_delivery/version.py).
+COPY pyproject.toml ./
 COPY gorge_site/ gorge_site/
 COPY webhook_delivery/ webhook_delivery/
 # The code stays root-owned (read-only for the service); only var/ (the embedded SQLite default) is writable.

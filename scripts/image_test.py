@@ -4,7 +4,8 @@ With podman (no Docker engine here). When the official base image is not availab
 stand-in is made with debootstrap from Debian's packages and tagged with the exact name the FROM lines
 use. Then, against the tests' MariaDB (tests/support/testdb.py) with Phorge's DDL and a receiver on the host:
 
-* the image builds, runs as 10001:10001, holds no compiler and no tests;
+* the image builds, runs as 10001:10001, holds no compiler and no tests, and tells this tree's version
+  (`deliver_webhooks --version`, read from the pyproject.toml it copies);
 * the web process (the default command, read-only root, a tmpfs on /tmp) answers /healthz and /readyz,
   and the image's HEALTHCHECK passes;
 * `migrate`, then `deliver_webhooks` delivers every queued request, signed with the hook's key, and
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support import testdb
 from webhook_delivery.demo.receiver import DemoReceiver
 from webhook_delivery.phorge import seeding
+from webhook_delivery.version import VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "docker.io/library/python:3.11-slim-bookworm"
@@ -225,6 +227,9 @@ def check(podman: Podman, receiver: DemoReceiver) -> None:
     )
     if inside.stdout.strip():
         raise Failed(f"the image holds what it should not: {inside.stdout.strip()}")
+    told = podman.run("run", "--rm", IMAGE, "python", "manage.py", "deliver_webhooks", "--version")
+    if told.stdout.strip() != VERSION:
+        raise Failed(f"deliver_webhooks --version in the image says {told.stdout.strip()!r}, not {VERSION!r}")
 
     create_queue(receiver, 5)
     with socket.socket() as probe:

@@ -15,11 +15,16 @@ from .phorge.config import ConfigDatabase, LocalConfigFile, resolve
 from .phorge.databases import Masters, PartitionMap, herald_connection
 from .phorge.netguard import local_gaps
 from .phorge.php_guard import PhpWorkerGuard
+from .version import PROBLEM
 
 
 @register("gorge")
 def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     messages: list[CheckMessage] = [Error(str(error), id="gorge.E001") for error in settings.GORGE_CONFIG_ERRORS]
+    if PROBLEM is not None:
+        messages.append(
+            Error(PROBLEM, hint="pyproject.toml belongs beside manage.py, in the image too", id="gorge.E004")
+        )
     config = settings.GORGE_WEBHOOK
     if config.lease_was_clamped:
         messages.append(

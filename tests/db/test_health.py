@@ -15,6 +15,7 @@ from tests.support.ui_helpers import properties, seed_contract
 from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.models import WorkerHeartbeat
 from webhook_delivery.state import PhpDelivery
+from webhook_delivery.version import VERSION
 from webhook_delivery.web.metrics import COLLECTOR
 
 pytestmark = PHORGE_DB
@@ -174,6 +175,7 @@ def test_metrics_are_computed_at_scrape_time(client: Any, phorge: Phorge) -> Non
     assert values[("gorge_webhook_queue_hooks_in_backoff", ())] == 0
     assert values[("gorge_webhook_workers_alive", ())] == 0
     assert values[("gorge_webhook_php_delivery", (("state", "unknown"),))] == 1
+    assert values[("gorge_webhook_build_info", (("version", VERSION),))] == 1
     assert "PHID-" not in text and "127.0.0.1" not in text
     assert "gorge_webhook_deliveries" not in text  # the worker's counters stay on its own endpoint
 
@@ -191,3 +193,4 @@ def test_metrics_say_down_instead_of_failing_the_scrape(client: Any, phorge: Pho
     values = samples(response.content.decode())
     assert values[("gorge_webhook_queue_up", ())] == 0
     assert ("gorge_webhook_queue_due_requests", ()) not in values
+    assert values[("gorge_webhook_build_info", (("version", VERSION),))] == 1

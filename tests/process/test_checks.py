@@ -4,14 +4,18 @@ with the variable named; a short lease is clamped with a warning; an IPv4-only b
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from tests.support import ROOT
 from tests.support.helpers import PHORGE_DB, worker_env
 from tests.support.processes import manage
 from webhook_delivery.config import LEASE_MARGIN_SEC
 from webhook_delivery.phorge.formats import load_config
+from webhook_delivery.version import VERSION
 
 DEEP_ENV = "[" * 20_000 + "]" * 20_000  # an environment value has at most 128 KiB
 
@@ -105,3 +109,20 @@ def test_short_lease_is_clamped_with_a_warning() -> None:
     check = _manage("check", GORGE_WEBHOOK_CLAIM_LEASE_SEC="5", GORGE_WEBHOOK_DELIVERY_TIMEOUT="15")
     assert check.returncode == 0
     assert "GORGE_WEBHOOK_CLAIM_LEASE_SEC: 5 s is shorter than the delivery timeout" in check.stderr
+
+
+def test_a_tree_without_its_version_stops_at_start_with_the_file_named(tmp_path: Path) -> None:
+    """An image or install that left pyproject.toml out: every command stops (gorge.E004), and --version says
+    unknown rather than a version it cannot know."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    shutil.copy(ROOT / "manage.py", tree)
+    for package in ("gorge_site", "webhook_delivery"):
+        shutil.copytree(ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__"))
+    env = worker_env()
+    done = manage("check", env=env, ok=False, cwd=tree)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "gorge.E004" in done.stderr and f"{tree / 'pyproject.toml'} cannot be read" in done.stderr
+    assert manage("deliver_webhooks", "--version", env=env, cwd=tree).stdout == "unknown\n"
+    (tree / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    assert manage("deliver_webhooks", "--version", env=env, cwd=tree).stdout == f"{VERSION}\n"

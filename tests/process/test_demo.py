@@ -22,6 +22,7 @@ import pytest
 from tests.support import ROOT
 from tests.support.docs import readme_setup_commands
 from tests.support.processes import manage
+from webhook_delivery.version import VERSION
 
 NOT_COPIED = shutil.ignore_patterns(
     ".git", ".venv", "var", "staticfiles", "__pycache__", "*.pyc", "*.sqlite3", ".env", ".*_cache", "bench-results"
@@ -105,7 +106,7 @@ def test_the_demo_runs_from_the_images_files_alone(tmp_path: Path) -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     runtime = dockerfile[dockerfile.index("AS runtime") :]
     copied = re.findall(r"^COPY (\S+) \S+$", runtime, re.MULTILINE)
-    assert copied == ["manage.py", "gorge_site/", "webhook_delivery/"]
+    assert copied == ["manage.py", "pyproject.toml", "gorge_site/", "webhook_delivery/"]
     app = tmp_path / "app"
     app.mkdir()
     for item in copied:
@@ -127,3 +128,4 @@ def test_the_demo_runs_from_the_images_files_alone(tmp_path: Path) -> None:
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     assert demo_result(output) == EXPECTED
+    assert manage("deliver_webhooks", "--version", env=env, cwd=app).stdout == f"{VERSION}\n"

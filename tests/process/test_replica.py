@@ -26,6 +26,7 @@ from tests.support.helpers import PHORGE_DB, Phorge, worker_env
 from tests.support.mariadb_servers import PrivateServer, mariadbd
 from tests.support.processes import SiteDatabase, manage
 from tests.support.waiting import wait_for
+from tests.support.web_process import logged_in
 from webhook_delivery.phorge import seeding
 
 pytestmark = [
@@ -171,20 +172,9 @@ def web(pair: Pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
-    session = requests.Session()
     try:
         wait_for(lambda: _answers(base), 30, "the web process")
-        page = session.get(f"{base}/admin/login/", timeout=10)
-        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-        assert csrf is not None, (page.status_code, page.url, page.text[:600])
-        done = session.post(
-            f"{base}/admin/login/?next=/",
-            data={"username": "staff", "password": "a-long-staff-password", "csrfmiddlewaretoken": csrf[1]},
-            headers={"Referer": f"{base}/admin/login/"},
-            timeout=10,
-        )
-        assert done.status_code == 200 and "sessionid" in session.cookies
-        yield base, session
+        yield base, logged_in(base, "staff", "a-long-staff-password")
     finally:
         process.terminate()
         process.wait(30)

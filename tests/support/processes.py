@@ -18,13 +18,15 @@ from webhook_delivery.phorge import seeding
 
 
 class WorkerProcess:
-    """A real `manage.py deliver_webhooks` (or another long-running command) logging JSON lines to a file."""
+    """A real `manage.py deliver_webhooks` (or another long-running command) logging JSON lines to a file;
+    `cwd` is the checkout it runs from (another release's tree, unpacked)."""
 
     command = "deliver_webhooks"
 
-    def __init__(self, tmp: Path, name: str, *args: str, **env: str) -> None:
+    def __init__(self, tmp: Path, name: str, *args: str, cwd: Path = ROOT, **env: str) -> None:
         self.log = tmp / f"{name}.log"
         self.args = args
+        self.cwd = cwd
         self.env = worker_env(LOG_FORMAT="json", **env)
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -32,7 +34,7 @@ class WorkerProcess:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "manage.py", self.command, *self.args],
-                cwd=ROOT,
+                cwd=self.cwd,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -105,9 +107,10 @@ class SiteDatabase:
         self.name = url.rsplit("/", 1)[1]
         self.env = {"DATABASE_URL": url}
 
-    def command(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        """`manage.py ARGS` on this database (the production settings, Phorge's test database)."""
-        return manage(*args, env=worker_env(**self.env), ok=ok)
+    def command(self, *args: str, ok: bool = True, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+        """`manage.py ARGS` on this database (the production settings, Phorge's test database), from the
+        checkout `cwd`."""
+        return manage(*args, env=worker_env(**self.env), ok=ok, cwd=cwd)
 
     def sql(self, statement: str) -> list[tuple[Any, ...]]:
         admin = mysql_admin(self.name)

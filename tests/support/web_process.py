@@ -5,6 +5,7 @@ that the pages never write Phorge's tables)."""
 
 from __future__ import annotations
 
+import re
 import secrets
 import socket
 import subprocess
@@ -56,8 +57,11 @@ def _answers(base: str) -> bool:
 
 
 @contextmanager
-def web_process(site: SiteDatabase, tmp: Path, phorge_url: str) -> Iterator[str]:
-    """gunicorn on a free local port; yields its base URL, prints the tail of its log when it stops."""
+def web_process(
+    site: SiteDatabase, tmp: Path, phorge_url: str, *, cwd: Path = ROOT, **env_overrides: str
+) -> Iterator[str]:
+    """gunicorn on a free local port, from the checkout `cwd`; yields its base URL, prints the tail of its
+    log when it stops."""
     (tmp / "web_settings.py").write_text(
         f"from gorge_site.settings import *  # noqa: F403\nSTATIC_ROOT = {str(tmp / 'static')!r}\n"
     )
@@ -67,14 +71,15 @@ def web_process(site: SiteDatabase, tmp: Path, phorge_url: str) -> Iterator[str]
         DJANGO_SETTINGS_MODULE="web_settings",
         PYTHONPATH=str(tmp),
         LOG_FORMAT="json",
+        **env_overrides,
     )
-    manage("collectstatic", "--noinput", "--verbosity", "0", env=env)
+    manage("collectstatic", "--noinput", "--verbosity", "0", env=env, cwd=cwd)
     port = free_port()
     log_path = tmp / "web.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "gorge_site.wsgi:application", "--bind", f"127.0.0.1:{port}"],
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -90,8 +95,9 @@ def web_process(site: SiteDatabase, tmp: Path, phorge_url: str) -> Iterator[str]
         print("--- web.log\n" + log_path.read_text()[-4000:])
 
 
-def staff_account(site: SiteDatabase, username: str, password: str, *codenames: str) -> None:
-    """A staff account in the site database with exactly these permissions (created, or reset)."""
+def staff_account(site: SiteDatabase, username: str, password: str, *codenames: str, cwd: Path = ROOT) -> None:
+    """A staff account in the site database with exactly these permissions (created, or reset), made by the
+    checkout `cwd`."""
     code = (
         "from django.contrib.auth.models import Permission, User\n"
         f"user, _ = User.objects.get_or_create(username={username!r})\n"
@@ -100,4 +106,20 @@ def staff_account(site: SiteDatabase, username: str, password: str, *codenames: 
         "user.save()\n"
         f"user.user_permissions.set(Permission.objects.filter(codename__in={list(codenames)!r}))\n"
     )
-    site.command("shell", "-c", code)
+    site.command("shell", "-c", code, cwd=cwd)
+
+
+def logged_in(base: str, username: str, password: str) -> requests.Session:
+    """A session signed in through the admin's login form of the web process at `base`, as a browser does."""
+    session = requests.Session()
+    page = session.get(f"{base}/admin/login/", timeout=10)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert csrf is not None, (page.status_code, page.url, page.text[:600])
+    done = session.post(
+        f"{base}/admin/login/?next=/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": csrf[1]},
+        headers={"Referer": f"{base}/admin/login/"},
+        timeout=10,
+    )
+    assert done.status_code == 200 and "sessionid" in session.cookies, (done.status_code, done.text[:600])
+    return session

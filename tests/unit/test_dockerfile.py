@@ -164,11 +164,13 @@ def test_hadolint_passes() -> None:
 
 
 def test_compose_example_matches_the_image_and_the_settings() -> None:
-    """The compose example runs the image docs/operate/install.md builds, a worker command its parser accepts
-    with the metrics port its health check asks, and sets no variable the settings do not read."""
+    """The compose example runs the image docs/operate/install.md builds (`latest`, unless GORGE_VERSION names a
+    release's tag: docs/operate/upgrade.md), a worker command its parser accepts with the metrics port its
+    health check asks, and sets no variable the settings do not read."""
     services = yaml.safe_load((ROOT / "docs/compose.example.yml").read_text())["services"]
     tag = re.search(r"docker build -t (\S+) \.", page("docs/operate/install.md"))
-    assert tag and services["web"]["image"] == services["worker"]["image"] == tag[1]
+    assert tag and services["web"]["image"] == services["worker"]["image"]
+    assert services["web"]["image"] == f"{tag[1]}:${{GORGE_VERSION:-latest}}"
     worker = services["worker"]
     python, manage, name, *arguments = worker["command"]
     assert (python, manage) == ("python", "manage.py")

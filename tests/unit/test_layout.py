@@ -238,6 +238,8 @@ NOT_A_MODULE = {
     "db_outage": "MariaDB restarted under a running worker",
     "large_properties": "large properties across the store, the job and the queue window",
     "sqlite_site": "Django's own tables on SQLite under a running worker and the pages",
+    "migrations": "every migration since the last release keeps that release working (docs/develop.md's rule)",
+    "upgrade": "the previous release's processes from git beside this tree's, migrated forward and back",
 }
 
 

@@ -19,9 +19,10 @@ from .models import DeliveryAttempt, OperatorAction, WorkerHeartbeat
 
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(ReadOnlyAdmin):
-    list_display = ["worker_id", "hostname", "pid", "started_at", "last_seen"]
+    list_display = ["worker_id", "version", "hostname", "pid", "started_at", "last_seen"]
+    list_filter = ["version"]
     search_fields = ["hostname", "worker_id"]
-    fields = readonly_fields = ("worker_id", "hostname", "pid", "started_at", "last_seen", "pretty_state")
+    fields = readonly_fields = ("worker_id", "version", "hostname", "pid", "started_at", "last_seen", "pretty_state")
 
     @admin.display(description="state")
     def pretty_state(self, obj: WorkerHeartbeat) -> str:

@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 import socket
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from ..state import TaskWhileDelegated, WorkerState
+from ..version import VERSION
 from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class Heartbeat:
                     "started_at": self.started_at,
                     "last_seen": datetime.now(UTC),
                     "state": state,
+                    "version": VERSION,
                 },
             )
             if self._failing:
@@ -102,6 +105,7 @@ class WorkerStatus:
     degraded: Mapping[str, int]  # cumulative counters of this process, by reason
     counts: Mapping[str, int]
     php_task_while_delegated: TaskWhileDelegated | None = None  # Phorge's side of the handover not in force
+    version: str | None = None  # None: a worker of a release before 0.2.0, which did not say
 
     @property
     def last_heard(self) -> int:
@@ -168,6 +172,14 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
                 degraded={k.removeprefix("degraded."): v for k, v in counts.items() if k.startswith("degraded.")},
                 counts=counts,
                 php_task_while_delegated=TaskWhileDelegated.from_json(state.get("php_task_while_delegated")),
+                version=beat.version or None,
             )
         )
     return result
+
+
+def versions_running(statuses: list[WorkerStatus]) -> dict[str, int]:
+    """The alive workers by version (`unknown` for one that did not say), most common first: more than one
+    key means workers of two versions run at once, as in the middle of a rolling upgrade."""
+    running = Counter(status.version or "unknown" for status in statuses if status.alive)
+    return dict(sorted(running.items(), key=lambda item: (-item[1], item[0])))

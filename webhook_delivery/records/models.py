@@ -14,6 +14,9 @@ class WorkerHeartbeat(models.Model):
     started_at = models.DateTimeField()
     last_seen = models.DateTimeField(db_index=True)
     state = models.JSONField(default=dict)
+    # Added in 0.2.0. A default in the database, not only in Django, so that a worker of a release without
+    # this column still inserts its rows: it is shown as an unknown version.
+    version = models.CharField(max_length=64, blank=True, db_default="")
 
     class Meta:
         ordering = ["-last_seen"]

@@ -24,6 +24,7 @@ from ..reads import phorge_status, replica
 from ..reads.health import HookHealth, QueueHealth
 from ..records import heartbeat, holds
 from ..records.heartbeat import WorkerStatus
+from ..version import VERSION
 from . import history
 from .access import may_view
 
@@ -91,6 +92,7 @@ def _hook_json(hook: HookHealth, health: QueueHealth, latency: history.Latency) 
 def _worker_json(worker: WorkerStatus) -> dict[str, Any]:
     return {
         "worker_id": worker.worker_id,
+        "version": worker.version,
         "hostname": worker.hostname,
         "pid": worker.pid,
         "started_at": worker.started_at.isoformat(),
@@ -108,8 +110,14 @@ def _worker_json(worker: WorkerStatus) -> dict[str, Any]:
     }
 
 
+def _versions_json(workers: list[WorkerStatus]) -> dict[str, Any]:
+    running = heartbeat.versions_running(workers)
+    return {"web": VERSION, "workers_alive": running, "mixed": len(running) > 1}
+
+
 def _health() -> dict[str, Any]:
     health = selectors.queue_health(settings.GORGE_WEBHOOK)
+    workers = heartbeat.workers()
     latencies = history.latency_by_hook(health.hook_phids)
     return {
         "now": health.now,
@@ -125,7 +133,8 @@ def _health() -> dict[str, Any]:
             "stalled_after_sec": health.thresholds.stalled_after,
         },
         "hooks": [_hook_json(hook, health, latencies[hook.phid]) for hook in health.hooks],
-        "workers": [_worker_json(worker) for worker in heartbeat.workers()],
+        "workers": [_worker_json(worker) for worker in workers],
+        "versions": _versions_json(workers),
         "php_worker": phorge_status.php_delivery_state().as_json(),
         "phorge_settings": _settings_json(),
         **_partition_json(),

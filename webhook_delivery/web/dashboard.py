@@ -40,6 +40,11 @@ class Dashboard:
         return sum(1 for worker in self.workers if worker.alive)
 
     @property
+    def versions_running(self) -> dict[str, int]:
+        """The alive workers by version; two or more keys: workers of two versions run at once."""
+        return heartbeat.versions_running(self.workers)
+
+    @property
     def last_worker(self) -> WorkerStatus | None:
         """The worker heard from last, alive or not (the table lists the last day's)."""
         return max(self.workers, key=lambda worker: worker.last_seen, default=None)

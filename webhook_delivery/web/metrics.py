@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from ..reads import alert_state, phorge_status
 from ..reads import herald as selectors
 from ..records import heartbeat
+from ..version import VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class QueueCollector:
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             if self._cached is None or time.monotonic() - self._cached[0] >= CACHE_SEC:
-                self._cached = (time.monotonic(), list(self._read()))
+                self._cached = (time.monotonic(), [build_info(), *self._read()])
             return iter(self._cached[1])
 
     def forget(self) -> None:
@@ -112,6 +113,15 @@ class QueueCollector:
                 "metrics scrape: Django's database unavailable for the alert metrics",
                 extra={"event": "metrics.site_unavailable"},
             )
+
+
+def build_info() -> Metric:
+    """The web process's version, as the worker's own endpoint gives the worker's (Prometheus's convention)."""
+    info = GaugeMetricFamily(
+        "gorge_webhook_build_info", "This process's version, in the label; always 1.", labels=["version"]
+    )
+    info.add_metric([VERSION], 1)
+    return info
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

@@ -27,6 +27,7 @@ from ..reads import object_names, phorge_status
 from ..reads.health import HookHealth
 from ..records import actions, holds
 from ..records.heartbeat import WORKER_ALIVE_SEC
+from ..version import VERSION
 from . import history, links
 from .access import may_operate, view_required
 from .dashboard import dashboard as read_dashboard
@@ -64,6 +65,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "refresh_sec": REFRESH_SEC,
         "worker_alive_sec": WORKER_ALIVE_SEC,
         "request_retention_sec": REQUEST_RETENTION_SEC,
+        "version": VERSION,
         **_operator_state(hooks=board.health.hooks),
         **_actions(),
     }

@@ -26,6 +26,7 @@ from ..config import PHORGE_ALIAS, DeliveryConfig
 from ..phorge.databases import lock_warning
 from ..phorge.herald import Hook
 from ..state import WorkerState
+from ..version import VERSION
 from . import metrics
 from .dispatcher import Dispatcher
 from .job import Job, JobResult, JobRunner
@@ -210,6 +211,7 @@ class Worker:
             "deliver_webhooks started",
             extra={
                 "event": "worker.started",
+                "version": VERSION,
                 "max_concurrent": self.max_concurrent,
                 "poll_interval_ms": int(self.poll_interval * 1000),
                 "lease_sec": self.config.claim_lease_sec,

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from ..version import VERSION
+
 DELIVERIES = Counter(
     "gorge_webhook_deliveries",
     "Processed webhook requests by written outcome (sent, retry, failed) and Phorge error type.",
@@ -53,6 +55,9 @@ PHP_WORKER_ACTIVE = Gauge(
     "Phorge's PHP worker runs HeraldWebhookWorker tasks: 1 yes, 0 no (or only in the last 15 minutes), "
     "-1 unknown (no grant on <ns>_worker).",
 )
+# Prometheus's convention: always 1, the version in its label (`count by (version)` tells a rolling upgrade).
+BUILD_INFO = Gauge("gorge_webhook_build_info", "This process's version, in the label; always 1.", ["version"])
+BUILD_INFO.labels(VERSION).set(1)
 ATTEMPT_LOG_LOST = Counter(
     "gorge_webhook_attempt_log_lost",
     "Attempts not recorded in the attempt log (Django's database unavailable, or the queue full).",

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webhook_delivery.management.options import max_concurrent, poll_interval_ms, port
 from webhook_delivery.sidetasks import SideTask
+from webhook_delivery.version import VERSION
 
 # --once exits with these when it could deliver nothing for a reason an operator must fix (docs/operate/handover.md).
 EXIT_PAUSED = 3  # Phorge's silent mode unknown: its settings are not given, or cannot be read
@@ -22,6 +23,10 @@ class Command(BaseCommand):
     # This service's own checks only: the URL checks would import every page, the admin and its forms
     # into a process that serves none of them.
     requires_system_checks = ["gorge"]
+
+    def get_version(self) -> str:
+        """What `--version` prints: this tree's version (Django's own is in `manage.py version`)."""
+        return VERSION
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="deliver everything due now, then exit")
