@@ -194,8 +194,8 @@ def test_non_administrator_and_disabled_user_are_refused(
     if kind == "member":
         assert_names(refused, "bob", user.phid)
         assert getattr(refused, "reason", None) == "not a Phorge administrator"
-    else:  # Conduit refuses a disabled user's token (ERR-USER-DISABLED) without saying who it is
-        assert getattr(refused, "reason", None) == "ERR-USER-DISABLED"
+    else:  # Conduit refuses a disabled user's token (ERR-INVALID-AUTH) without saying who it is
+        assert getattr(refused, "reason", None) == "ERR-INVALID-AUTH"
         assert not hasattr(refused, "user") and not hasattr(refused, "phid")
     assert not logged(logs, events.SIGNED_IN)
     seen.close()
@@ -286,7 +286,7 @@ def test_signed_in_administrator_loses_access_within_the_recheck_interval(
     assert_names(demoted, "alice", alice.phid)  # named even when Phorge only answers an error code
     reasons = {
         "demoted": "not a Phorge administrator",
-        "disabled": "ERR-USER-DISABLED",
+        "disabled": "ERR-INVALID-AUTH",
         "token revoked": "ERR-INVALID-AUTH",
     }
     assert getattr(demoted, "reason", None) == reasons[change]
