@@ -299,17 +299,20 @@ if _oauth_client_id and not _oauth_client_id.startswith("PHID-OASC-"):
     _errors.append(
         ConfigError("GORGE_PHORGE_OAUTH_CLIENT_ID", "expected the OAuth client's PHID (PHID-OASC-...) from Phorge")
     )
-_oauth_recheck_raw = os.environ.get("GORGE_PHORGE_OAUTH_RECHECK_SEC", "").strip()
-_oauth_recheck = 300
-if _oauth_recheck_raw:
-    if _oauth_recheck_raw.isascii() and _oauth_recheck_raw.isdigit() and 1 <= int(_oauth_recheck_raw) <= 86400:
-        _oauth_recheck = int(_oauth_recheck_raw)
-    else:
-        _errors.append(
-            ConfigError(
-                "GORGE_PHORGE_OAUTH_RECHECK_SEC", f"expected whole seconds from 1 to 86400, got {_oauth_recheck_raw!r}"
-            )
-        )
+
+
+def _seconds(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 86400:
+        return int(raw)
+    _errors.append(ConfigError(name, f"expected whole seconds from 1 to 86400, got {raw!r}"))
+    return default
+
+
+_oauth_recheck = _seconds("GORGE_PHORGE_OAUTH_RECHECK_SEC", 300)
+_oauth_action_recheck = _seconds("GORGE_PHORGE_OAUTH_ACTION_RECHECK_SEC", 30)
 _oauth_only = _flag("GORGE_PHORGE_OAUTH_ONLY", False)
 if _oauth_only and not (_oauth_client_id and _oauth_client_secret):
     _errors.append(
@@ -330,6 +333,7 @@ GORGE_PHORGE_OAUTH = PhorgeOAuthConfig(
         os.environ.get("GORGE_PHORGE_OAUTH_SITE_URL", "") or os.environ.get("GORGE_ALERT_SITE_URL", ""),
     ),
     recheck_sec=_oauth_recheck,
+    action_recheck_sec=_oauth_action_recheck,
     only=_oauth_only and bool(_oauth_client_id and _oauth_client_secret),
     break_glass_users=tuple(
         name.strip() for name in os.environ.get("GORGE_BREAK_GLASS_USERS", "").split(",") if name.strip()

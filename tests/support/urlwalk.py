@@ -32,6 +32,7 @@ PUBLIC = {
     "admin:logout",
     "phorge_auth:login",  # Sign in with Phorge: to Phorge's OAuth server (404 when not configured)
     "phorge_auth:callback",  # ... and back; refuses anything that is not the answer to its own request
+    "phorge_auth:ended",  # where a session ended by a re-check lands: why, in words of our own
 }
 
 

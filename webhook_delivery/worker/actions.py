@@ -32,6 +32,24 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def _requeued(done: int, shown: int, *, one: bool) -> str:
+    """What a requeue did, in words: `requeued the request`, `requeued 3 of the 5 requests shown; 2 ...`."""
+    if one:
+        if done:
+            return "requeued the request"
+        return (
+            "nothing was requeued: the request is no longer failed as shown (changed since, or requeued already), "
+            "or Phorge would not deliver it"
+        )
+    if done == shown:
+        return "requeued the request shown" if shown == 1 else f"requeued the {shown} requests shown"
+    head = f"requeued {done} of the {_plural(shown, 'request')} shown" if done else "nothing was requeued"
+    return (
+        f"{head}; {_plural(shown - done, 'request')} no longer failed as shown (changed since, or requeued "
+        "already) or left failed as Phorge would not deliver"
+    )
+
+
 def _choices(stored: object) -> tuple[int | None, int | None, list[ErrorFilter], set[int]]:
     """A requeue's choices as the dashboard stored them (checked there): since, until, errors, request ids."""
     choices = stored if isinstance(stored, dict) else {}
@@ -127,13 +145,8 @@ class OperatorActions:
         done = requeue.apply(plan).requeued if plan.selected else []
         if done:
             announce({action.hook_phid: min(candidate.row.id for candidate in done)})
-        what = "the request" if action.request_phid else f"the {_plural(len(shown), 'request')} shown"
-        outcome = f"requeued {len(done)} of {what}" if done else f"nothing was requeued of {what}"
-        if left := len(shown) - len(done):
-            outcome += (
-                f"; {left} no longer failed as shown (changed since, or requeued already) or left failed as "
-                "Phorge would not deliver"
-            )
+        outcome = _requeued(len(done), len(shown), one=bool(action.request_phid))
+        if len(shown) > len(done):
             refused = "; ".join(f"{count} {reason}" for reason, count in sorted(plan.refused.items()))
             outcome += f" ({refused})" if refused else ""
         return actions.DONE, outcome, len(done)
