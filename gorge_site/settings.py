@@ -106,6 +106,8 @@ TEMPLATES = [
     },
 ]
 
+FORMAT_MODULE_PATH = ["gorge_site.formats"]  # times with seconds and zone in the admin too
+
 SQLITE_INIT = "PRAGMA journal_mode=WAL"  # Django's own tables on SQLite (a URL's ?init_command= replaces it)
 
 
@@ -250,8 +252,9 @@ LOGGING = {
         "text": {"()": "webhook_delivery.logformat.TextFormatter"},
         "json": {"()": "webhook_delivery.logformat.JsonFormatter"},
     },
+    "filters": {"no_403_traceback": {"()": "webhook_delivery.logformat.RefusalsWithoutTraceback"}},
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["no_403_traceback"]},
         "null": {"class": "logging.NullHandler"},
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},

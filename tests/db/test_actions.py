@@ -340,3 +340,52 @@ def test_phorge_administrators_may_operate(phorge: Phorge) -> None:
     revoke("PHID-USER-aaaaaaaaaaaaaaaaaaaa", forget_token=True)
     user = type(user).objects.get(pk=user.pk)
     assert not user.has_perm(OPERATE_PERMISSION)
+
+
+def test_holds_and_releases_are_limited_like_requeues_and_a_release_needs_a_hold(
+    phorge: Phorge, django_user_model: Any
+) -> None:
+    hooks = [phorge.hook(f"http://127.0.0.1:9/{n}") for n in range(actions.PER_USER + 1)]
+    alice = signed_in(operator(django_user_model, "alice"))
+    refused = alice.post(f"/hooks/{hooks[0]}/release/", {"form_key": actions.new_form_key()})
+    assert (
+        refused.status_code == 409 and "This hook is not held: there is nothing to release." in refused.content.decode()
+    )
+    missing = "PHID-HWBH-nosuchhookatall00000000"
+    gone = alice.post(f"/hooks/{missing}/release/", {"form_key": actions.new_form_key()})
+    assert gone.status_code == 404
+    assert "There is no such hook in Phorge, and no hold on it: there is nothing to release." in gone.content.decode()
+    assert not OperatorAction.objects.exists(), "a refused release writes nothing, and costs no quota"
+    for hook in hooks[:-1]:
+        assert alice.post(f"/hooks/{hook}/hold/", {"form_key": actions.new_form_key()}).status_code == 303
+    again = alice.post(f"/hooks/{hooks[0]}/hold/", {"form_key": actions.new_form_key()})
+    assert again.status_code == 409 and "A hold of this hook is waiting for a worker already" in again.content.decode()
+    worker().carry_out()
+    limited = alice.post(f"/hooks/{hooks[0]}/release/", {"form_key": actions.new_form_key()})
+    assert limited.status_code == 429
+    assert "At most 10 holds and releases per user within 10 minutes: nothing was done." in limited.content.decode()
+    assert OperatorAction.objects.count() == actions.PER_USER
+    HookHold.objects.create(hook_phid=missing, held_by="bob", held_at=datetime.now(UTC))
+    bob = signed_in(operator(django_user_model, "bob"))
+    assert bob.post(f"/hooks/{missing}/release/", {"form_key": actions.new_form_key()}).status_code == 303, (
+        "a hook gone from Phorge that is still held can be released"
+    )
+
+
+def test_the_hook_page_offers_no_second_hold_nor_a_request_page_a_second_requeue_while_one_waits(
+    phorge: Phorge, django_user_model: Any
+) -> None:
+    hook = phorge.hook("http://127.0.0.1:9/x")
+    request = failed(phorge, hook)
+    client = signed_in(operator(django_user_model))
+    shown = page(client, f"/hooks/{hook}/")
+    client.post(f"/hooks/{hook}/hold/", {"form_key": form_key(shown, "hold-form")})
+    shown = page(client, f"/hooks/{hook}/")
+    assert 'id="hold-form"' not in shown and 'id="release-form"' not in shown
+    assert "A hold of this hook is waiting for a worker" in shown
+    shown = page(client, f"/requests/{request}/")
+    client.post(f"/requests/{request}/requeue/", {"form_key": form_key(shown, "requeue-request-form")})
+    shown = page(client, f"/requests/{request}/")
+    assert 'id="requeue-request-form"' not in shown and "A requeue of this request is waiting for a worker" in shown
+    worker().carry_out()
+    assert 'id="release-form"' in page(client, f"/hooks/{hook}/"), "offered again once carried out"

@@ -56,8 +56,9 @@ def _answers(base: str) -> bool:
 
 
 @contextmanager
-def web_process(site: SiteDatabase, tmp: Path, phorge_url: str) -> Iterator[str]:
-    """gunicorn on a free local port; yields its base URL, prints the tail of its log when it stops."""
+def web_process(site: SiteDatabase, tmp: Path, phorge_url: str, *, workers: int = 1) -> Iterator[str]:
+    """gunicorn on a free local port (`workers` processes); yields its base URL, prints the tail of its log
+    when it stops."""
     (tmp / "web_settings.py").write_text(
         f"from gorge_site.settings import *  # noqa: F403\nSTATIC_ROOT = {str(tmp / 'static')!r}\n"
     )
@@ -73,7 +74,10 @@ def web_process(site: SiteDatabase, tmp: Path, phorge_url: str) -> Iterator[str]
     log_path = tmp / "web.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "gorge_site.wsgi:application", "--bind", f"127.0.0.1:{port}"],
+            [
+                *(sys.executable, "-m", "gunicorn", "gorge_site.wsgi:application"),
+                *("--bind", f"127.0.0.1:{port}", "--workers", str(workers)),
+            ],
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -154,11 +154,9 @@ def ask(
 
 
 def _quota_row(requested_by: str, now: datetime) -> None:
-    try:
-        with transaction.atomic(using="default"):
-            ActionQuota.objects.get_or_create(requested_by=requested_by, defaults={"touched_at": now})
-    except IntegrityError:  # made at the same moment by another post of the same user
-        pass
+    """The user's lock row, made if missing in one statement (a read before the write would let SQLite refuse a
+    second writer at once instead of making it wait)."""
+    ActionQuota.objects.bulk_create([ActionQuota(requested_by=requested_by, touched_at=now)], ignore_conflicts=True)
 
 
 def pending_like(kind: str, hook_phid: str, request_phid: str, now: datetime | None = None) -> OperatorAction | None:

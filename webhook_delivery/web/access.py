@@ -63,6 +63,11 @@ def forbidden(
     return render(request, "webhook_delivery/forbidden.html", context, status=403)
 
 
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Django's 403 handler (the admin's refusals): the same worded page."""
+    return forbidden(request, missing="", doing="see or do this")
+
+
 def view_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Anonymous: to the login page, as the admin does; logged in without the permission: the 403 page."""
 

@@ -191,6 +191,14 @@ def hold(request: HttpRequest, phid: str) -> HttpResponse:
 @operate_required
 def release(request: HttpRequest, phid: str) -> HttpResponse:
     # A hook gone from Phorge may still be held: its hold can be released all the same.
+    if holds.hold_of(phid) is None:
+        _now, found = selectors.hooks(only=[phid])
+        raise Refused(
+            "This hook is not held: there is nothing to release."
+            if found
+            else "There is no such hook in Phorge, and no hold on it: there is nothing to release.",
+            status=409 if found else 404,
+        )
     return ask(request, actions.RELEASE, phid, to=reverse("webhook_delivery:hook", args=[phid]))
 
 
