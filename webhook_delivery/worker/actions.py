@@ -6,7 +6,8 @@ indexed read of Django's database when nothing is pending. A hold and a release 
 Django's database (records/holds.py), which this worker then reads at once and the others at their next
 heartbeat; a requeue is requeue.Requeue with the dashboard's choices, limited to the requests its dry run
 showed (never more than requeue_rules.CAP_PER_ACTION), and the running workers are told as the command
-tells them (records/notices.py).
+tells them (records/notices.py); a retry now is an order in Django's database (records/retries.py) that
+every worker reads at its heartbeat: no row of Phorge's is written for it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connections
 
-from ..phorge.herald import utc
-from ..records import actions, holds
+from ..config import DeliveryConfig
+from ..phorge.herald import HookStatus, backoff_until, utc
+from ..records import actions, holds, retries
 from ..records.models import OperatorAction
 from ..records.notices import announce
 from ..requeue_rules import CAP_PER_ACTION, ErrorFilter, RequeueError
@@ -26,6 +28,7 @@ from .requeue import Requeue
 from .store import Store
 
 logger = logging.getLogger(__name__)
+RETRY_COUNTED = 10_001  # requests a retry now counts, at most, for what it says
 
 
 def _plural(count: int, noun: str) -> str:
@@ -63,10 +66,18 @@ def _choices(stored: object) -> tuple[int | None, int | None, list[ErrorFilter],
 
 
 class OperatorActions:
-    def __init__(self, worker_id: str, store: Store, requeue: Callable[[], Requeue]) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        store: Store,
+        requeue: Callable[[], Requeue],
+        *,
+        config: DeliveryConfig | None = None,
+    ) -> None:
         self.worker_id = worker_id
         self.store = store
         self.requeue = requeue  # made for each action: Phorge's retention setting may have changed
+        self.config = config or DeliveryConfig()
         self._failing = False
 
     def carry_out(self) -> bool:
@@ -123,6 +134,8 @@ class OperatorActions:
             return self._requeue(action)
         hook = self.store.hooks().get(action.hook_phid)
         name = "" if hook is None else f" ({printable(hook.name)})"
+        if action.kind == actions.RETRY:
+            return self._retry(action, hook is not None and hook.status != HookStatus.DISABLED, name)
         if action.kind == actions.HOLD:
             if hook is None:
                 return actions.NOT_DONE, "no such hook in Phorge: nothing was held", None
@@ -150,6 +163,45 @@ class OperatorActions:
             refused = "; ".join(f"{count} {reason}" for reason, count in sorted(plan.refused.items()))
             outcome += f" ({refused})" if refused else ""
         return actions.DONE, outcome, len(done)
+
+    def _retry(self, action: OperatorAction, deliverable: bool, name: str) -> tuple[str, str, int | None]:
+        """Make the hook's requests whose last attempt failed at or before the dry run due at once: an order
+        every worker reads (records/retries.py), Phorge's rows untouched; the breaker is not cleared."""
+        if not deliverable:
+            return actions.NOT_DONE, f"the hook{name} is disabled or gone from Phorge: nothing was retried", None
+        choices = action.choices if isinstance(action.choices, dict) else {}
+        shown = choices.get("failed_up_to")
+        if type(shown) is not int:
+            raise RequeueError("its choices cannot be read")
+        config = self.config
+        now = self.store.db_now()
+        up_to = min(shown, now)
+        after = now - config.retry_backoff_sec
+        waiting = len(self.store.waiting_retries(action.hook_phid, after=after, up_to=up_to, limit=RETRY_COUNTED))
+        until = utc(up_to)
+        if not waiting:
+            return actions.DONE, f"nothing waits on its retry backoff any more of what failed up to {until}", 0
+        retries.order(
+            action.hook_phid,
+            failed_up_to=up_to,
+            lapses_at=up_to + config.retry_backoff_sec,
+            asked_by=action.requested_by,
+        )
+        counted = f"{waiting}" if waiting < RETRY_COUNTED else f"{RETRY_COUNTED - 1}+"
+        outcome = (
+            f"{counted} request{'' if waiting == 1 else 's'}{name} that failed up to {until} due at once: "
+            "workers send them one at a time, oldest first"
+        )
+        epochs = self.store.recent_failures(
+            action.hook_phid, window=config.error_backoff_sec, limit=config.error_threshold
+        )
+        closes = backoff_until(epochs, config.error_threshold, config.error_backoff_sec)
+        if closes is not None:
+            outcome += (
+                f"; the hook's breaker is open until {utc(closes)} ({config.error_threshold} failed attempts within "
+                f"{config.error_backoff_sec} s): they go then (Retry now does not close the breaker)"
+            )
+        return actions.DONE, outcome, waiting
 
     @staticmethod
     def _describe(hold: holds.Hold) -> str:
