@@ -114,7 +114,7 @@ def operate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
 
 def _refused(request: HttpRequest, message: str, status: int) -> HttpResponse:
     back = "/".join(request.path.split("/")[:3]) + "/"  # /hooks/<phid>/ or /requests/<phid>/
-    context = {**_page(request), "message": message, "back": back}
+    context = {**page_context(request), "message": message, "back": back}
     return render(request, "webhook_delivery/action_refused.html", context, status=status)
 
 
@@ -171,7 +171,7 @@ def ask(request: HttpRequest, kind: str, hook_phid: str, *, to: str, **fields: A
     return HttpResponseRedirect(f"{to}#actions", status=303)
 
 
-def _hook(phid: str) -> selectors.HookRow:
+def hook_row(phid: str) -> selectors.HookRow:
     _now, found = selectors.hooks(only=[phid])
     if not found:
         raise Http404("no such hook")
@@ -184,7 +184,7 @@ def hold(request: HttpRequest, phid: str) -> HttpResponse:
         reason = holds.check_reason(request.POST.get("reason", ""))
     except holds.HoldError as exc:
         raise Refused(f"Not held: {exc}.") from None
-    _hook(phid)
+    hook_row(phid)
     return ask(request, actions.HOLD, phid, reason=reason, to=reverse("webhook_delivery:hook", args=[phid]))
 
 
@@ -233,7 +233,7 @@ def requeue(request: HttpRequest, phid: str) -> HttpResponse:
         "errors": [str(error) for error in errors],
         "ids": sorted({int(row_id) for row_id in ids.split(",")}),
     }
-    _hook(phid)
+    hook_row(phid)
     return ask(request, actions.REQUEUE, phid, choices=choices, to=reverse("webhook_delivery:hook", args=[phid]))
 
 
@@ -279,7 +279,7 @@ def requeue_dry_run(request: HttpRequest, phid: str) -> HttpResponse:
             raise RequeueError("since is after until: nothing can match")
     except RequeueError as exc:
         context["problem"] = str(exc).removeprefix("--error ")
-        return render(request, "webhook_delivery/requeue.html", {**_page(request), **context}, status=400)
+        return render(request, "webhook_delivery/requeue.html", {**page_context(request), **context}, status=400)
     resolved = phorge_status.phorge_settings()
     retention = REQUEST_RETENTION_SEC if resolved is None else resolved.retention.value
     preview: RequeuePreview = requeue_preview(
@@ -293,10 +293,10 @@ def requeue_dry_run(request: HttpRequest, phid: str) -> HttpResponse:
         until_epoch="" if until is None else until,
         errors=[str(error) for error in errors],
     )
-    return render(request, "webhook_delivery/requeue.html", {**_page(request), **context})
+    return render(request, "webhook_delivery/requeue.html", {**page_context(request), **context})
 
 
-def _page(request: HttpRequest) -> dict[str, Any]:
+def page_context(request: HttpRequest) -> dict[str, Any]:
     return {
         **admin.site.each_context(request),
         "is_nav_sidebar_enabled": False,

@@ -27,7 +27,7 @@ from ..reads import object_names, phorge_status
 from ..reads.health import HookHealth
 from ..records import actions, holds
 from ..records.heartbeat import WORKER_ALIVE_SEC
-from . import history, links
+from . import history, links, retry_now
 from .access import may_operate, view_required
 from .action_list import shown_actions
 from .dashboard import dashboard as read_dashboard
@@ -151,6 +151,7 @@ def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
         **_operator_state(phid, hooks=health.hooks),
         **_actions(hook_phid=phid),
         **_forms(request),
+        **retry_now.hook_part(request, phid),
     }
     return render(request, "webhook_delivery/hook.html", context)
 
