@@ -18,17 +18,17 @@ from collections.abc import Callable
 from django.db import DatabaseError, connections
 
 from ..config import DeliveryConfig
-from ..phorge.herald import HookStatus, backoff_until, utc
-from ..records import actions, holds, retries
+from ..phorge.herald import Hook, HookStatus, utc
+from ..records import actions, holds
 from ..records.models import OperatorAction
 from ..records.notices import announce
 from ..requeue_rules import CAP_PER_ACTION, ErrorFilter, RequeueError
 from ..terminal import printable
 from .requeue import Requeue
+from .retry_now import RetryNow, said
 from .store import Store
 
 logger = logging.getLogger(__name__)
-RETRY_COUNTED = 10_001  # requests a retry now counts, at most, for what it says
 
 
 def _plural(count: int, noun: str) -> str:
@@ -135,7 +135,7 @@ class OperatorActions:
         hook = self.store.hooks().get(action.hook_phid)
         name = "" if hook is None else f" ({printable(hook.name)})"
         if action.kind == actions.RETRY:
-            return self._retry(action, hook is not None and hook.status != HookStatus.DISABLED, name)
+            return self._retry(action, hook, name)
         if action.kind == actions.HOLD:
             if hook is None:
                 return actions.NOT_DONE, "no such hook in Phorge: nothing was held", None
@@ -164,44 +164,25 @@ class OperatorActions:
             outcome += f" ({refused})" if refused else ""
         return actions.DONE, outcome, len(done)
 
-    def _retry(self, action: OperatorAction, deliverable: bool, name: str) -> tuple[str, str, int | None]:
+    def _retry(self, action: OperatorAction, hook: Hook | None, name: str) -> tuple[str, str, int | None]:
         """Make the hook's requests whose last attempt failed at or before the dry run due at once: an order
         every worker reads (records/retries.py), Phorge's rows untouched; the breaker is not cleared."""
-        if not deliverable:
+        if hook is None or hook.status == HookStatus.DISABLED:
             return actions.NOT_DONE, f"the hook{name} is disabled or gone from Phorge: nothing was retried", None
         choices = action.choices if isinstance(action.choices, dict) else {}
         shown = choices.get("failed_up_to")
         if type(shown) is not int:
             raise RequeueError("its choices cannot be read")
-        config = self.config
-        now = self.store.db_now()
-        up_to = min(shown, now)
-        after = now - config.retry_backoff_sec
-        waiting = len(self.store.waiting_retries(action.hook_phid, after=after, up_to=up_to, limit=RETRY_COUNTED))
-        until = utc(up_to)
-        if not waiting:
-            return actions.DONE, f"nothing waits on its retry backoff any more of what failed up to {until}", 0
-        retries.order(
-            action.hook_phid,
-            failed_up_to=up_to,
-            lapses_at=up_to + config.retry_backoff_sec,
-            asked_by=action.requested_by,
-        )
-        counted = f"{waiting}" if waiting < RETRY_COUNTED else f"{RETRY_COUNTED - 1}+"
-        outcome = (
-            f"{counted} request{'' if waiting == 1 else 's'}{name} that failed up to {until} due at once: "
-            "workers send them one at a time, oldest first"
-        )
-        epochs = self.store.recent_failures(
-            action.hook_phid, window=config.error_backoff_sec, limit=config.error_threshold
-        )
-        closes = backoff_until(epochs, config.error_threshold, config.error_backoff_sec)
-        if closes is not None:
-            outcome += (
-                f"; the hook's breaker is open until {utc(closes)} ({config.error_threshold} failed attempts within "
-                f"{config.error_backoff_sec} s): they go then (Retry now does not close the breaker)"
+        retry_now = RetryNow(self.store, self.config)
+        waiting = retry_now.waiting(hook, now=self.store.db_now(), up_to=shown)
+        if not waiting.rows:
+            return (
+                actions.DONE,
+                f"nothing waits on its retry backoff any more of what failed up to {utc(waiting.now)}",
+                0,
             )
-        return actions.DONE, outcome, waiting
+        retry_now.order(waiting, asked_by=action.requested_by)
+        return actions.DONE, said(waiting, self.config, name=name), len(waiting.rows)
 
     @staticmethod
     def _describe(hold: holds.Hold) -> str:
