@@ -139,9 +139,13 @@ def _database(url: str, variable: str) -> dict[str, object]:
     return config
 
 
+# The embedded SQLite default: under systemd's StateDirectory= when a unit gives one (the code's own directory
+# is read-only there, ProtectSystem=strict), else under the project's var/ (the demo, the image's volume).
+_state_directory = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+_default_site = Path(_state_directory) if _state_directory else BASE_DIR / "var"
 DATABASES = {
     "default": _database(
-        os.environ.get("DATABASE_URL", "") or f"sqlite:///{BASE_DIR / 'var' / 'gorge_site.sqlite3'}",
+        os.environ.get("DATABASE_URL", "") or f"sqlite:///{_default_site / 'gorge_site.sqlite3'}",
         "DATABASE_URL",
     ),
     PHORGE_ALIAS: _database(_loaded.phorge_database_url, "GORGE_WEBHOOK_DATABASE_URL"),
@@ -235,6 +239,8 @@ if _proxies_raw:
 
 # HSTS preload would commit the whole domain to browsers' preload lists: the site owner's call, not ours.
 SILENCED_SYSTEM_CHECKS = ["security.W021"]
+if _behind_tls and not SECURE_SSL_REDIRECT:  # GORGE_SSL_REDIRECT=false: declared, the proxy redirects (handover.md)
+    SILENCED_SYSTEM_CHECKS.append("security.W008")
 
 LOG_LEVEL = (os.environ.get("LOG_LEVEL", "") or "INFO").strip().upper()
 if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
