@@ -92,8 +92,10 @@ def _apprise() -> Any:
 @functools.lru_cache(maxsize=1)
 def _asset() -> Any:
     apprise = _apprise()
-    # Nothing kept on disk between sends (Apprise's persistent store caches lookups, tokens among them).
-    return apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY)
+    # Nothing kept on disk between sends (Apprise's persistent store caches lookups, tokens among them). No
+    # image of Apprise's: its default icon is a GitHub address that every chat client showing an alert would
+    # fetch (Mattermost, Slack and others send it as the message's icon); an icon_url= of the URL still counts.
+    return apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY, image_url_mask="", image_url_logo="")
 
 
 def _plugin(url: str) -> Any:
