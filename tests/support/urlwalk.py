@@ -41,6 +41,7 @@ PHID_PAGES: dict[str, Any] = {
     "webhook_delivery:hook": HeraldWebhook,
     "webhook_delivery:request": HeraldWebhookRequest,
     "webhook_delivery:hook_requeue": HeraldWebhook,  # a GET is the requeue's dry run; its POST, the requeue
+    "webhook_delivery:hook_retry": HeraldWebhook,  # a GET is Retry now's dry run; its POST, the retry
 }
 MISSING_PHID = "PHID-XXXX-missingmissingmissing"
 

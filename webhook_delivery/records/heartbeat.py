@@ -102,6 +102,7 @@ class WorkerStatus:
     degraded: Mapping[str, int]  # cumulative counters of this process, by reason
     counts: Mapping[str, int]
     php_task_while_delegated: TaskWhileDelegated | None = None  # Phorge's side of the handover not in force
+    delivery_paused: str | None = None  # why this process delivers nothing (Phorge's silent mode unknown to it)
 
     @property
     def last_heard(self) -> int:
@@ -168,6 +169,7 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
                 degraded={k.removeprefix("degraded."): v for k, v in counts.items() if k.startswith("degraded.")},
                 counts=counts,
                 php_task_while_delegated=TaskWhileDelegated.from_json(state.get("php_task_while_delegated")),
+                delivery_paused=paused if isinstance(paused := state.get("delivery_paused"), str) else None,
             )
         )
     return result
