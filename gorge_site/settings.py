@@ -106,6 +106,8 @@ TEMPLATES = [
     },
 ]
 
+FORMAT_MODULE_PATH = ["gorge_site.formats"]  # times with seconds and zone in the admin too
+
 SQLITE_INIT = "PRAGMA journal_mode=WAL"  # Django's own tables on SQLite (a URL's ?init_command= replaces it)
 
 
@@ -137,9 +139,13 @@ def _database(url: str, variable: str) -> dict[str, object]:
     return config
 
 
+# The embedded SQLite default: under systemd's StateDirectory= when a unit gives one (the code's own directory
+# is read-only there, ProtectSystem=strict), else under the project's var/ (the demo, the image's volume).
+_state_directory = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+_default_site = Path(_state_directory) if _state_directory else BASE_DIR / "var"
 DATABASES = {
     "default": _database(
-        os.environ.get("DATABASE_URL", "") or f"sqlite:///{BASE_DIR / 'var' / 'gorge_site.sqlite3'}",
+        os.environ.get("DATABASE_URL", "") or f"sqlite:///{_default_site / 'gorge_site.sqlite3'}",
         "DATABASE_URL",
     ),
     PHORGE_ALIAS: _database(_loaded.phorge_database_url, "GORGE_WEBHOOK_DATABASE_URL"),
@@ -233,6 +239,8 @@ if _proxies_raw:
 
 # HSTS preload would commit the whole domain to browsers' preload lists: the site owner's call, not ours.
 SILENCED_SYSTEM_CHECKS = ["security.W021"]
+if _behind_tls and not SECURE_SSL_REDIRECT:  # GORGE_SSL_REDIRECT=false: declared, the proxy redirects (handover.md)
+    SILENCED_SYSTEM_CHECKS.append("security.W008")
 
 LOG_LEVEL = (os.environ.get("LOG_LEVEL", "") or "INFO").strip().upper()
 if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -250,8 +258,9 @@ LOGGING = {
         "text": {"()": "webhook_delivery.logformat.TextFormatter"},
         "json": {"()": "webhook_delivery.logformat.JsonFormatter"},
     },
+    "filters": {"no_403_traceback": {"()": "webhook_delivery.logformat.RefusalsWithoutTraceback"}},
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["no_403_traceback"]},
         "null": {"class": "logging.NullHandler"},
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
@@ -299,17 +308,20 @@ if _oauth_client_id and not _oauth_client_id.startswith("PHID-OASC-"):
     _errors.append(
         ConfigError("GORGE_PHORGE_OAUTH_CLIENT_ID", "expected the OAuth client's PHID (PHID-OASC-...) from Phorge")
     )
-_oauth_recheck_raw = os.environ.get("GORGE_PHORGE_OAUTH_RECHECK_SEC", "").strip()
-_oauth_recheck = 300
-if _oauth_recheck_raw:
-    if _oauth_recheck_raw.isascii() and _oauth_recheck_raw.isdigit() and 1 <= int(_oauth_recheck_raw) <= 86400:
-        _oauth_recheck = int(_oauth_recheck_raw)
-    else:
-        _errors.append(
-            ConfigError(
-                "GORGE_PHORGE_OAUTH_RECHECK_SEC", f"expected whole seconds from 1 to 86400, got {_oauth_recheck_raw!r}"
-            )
-        )
+
+
+def _seconds(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 86400:
+        return int(raw)
+    _errors.append(ConfigError(name, f"expected whole seconds from 1 to 86400, got {raw!r}"))
+    return default
+
+
+_oauth_recheck = _seconds("GORGE_PHORGE_OAUTH_RECHECK_SEC", 300)
+_oauth_action_recheck = _seconds("GORGE_PHORGE_OAUTH_ACTION_RECHECK_SEC", 30)
 _oauth_only = _flag("GORGE_PHORGE_OAUTH_ONLY", False)
 if _oauth_only and not (_oauth_client_id and _oauth_client_secret):
     _errors.append(
@@ -330,6 +342,7 @@ GORGE_PHORGE_OAUTH = PhorgeOAuthConfig(
         os.environ.get("GORGE_PHORGE_OAUTH_SITE_URL", "") or os.environ.get("GORGE_ALERT_SITE_URL", ""),
     ),
     recheck_sec=_oauth_recheck,
+    action_recheck_sec=_oauth_action_recheck,
     only=_oauth_only and bool(_oauth_client_id and _oauth_client_secret),
     break_glass_users=tuple(
         name.strip() for name in os.environ.get("GORGE_BREAK_GLASS_USERS", "").split(",") if name.strip()

@@ -5,6 +5,8 @@ from django.urls import include, path
 # a worker process never loads them.
 admin.autodiscover()
 
+handler403 = "webhook_delivery.web.access.permission_denied"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("auth/phorge/", include("webhook_delivery.phorge_auth.urls")),

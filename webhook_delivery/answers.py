@@ -2,49 +2,49 @@
 stored error and metric label that tells what another server said.
 
 A server chooses its own words, and a hostile or misconfigured one can answer with a secret it was sent (a
-Conduit token, an OAuth client secret or code: Phorge's own error texts quote them). So nothing a server
-sends is shown as it is, except an error code of a shape that cannot hold a secret: Conduit's `ERR-...`
-words (capitals, digits and dashes; every Conduit token is lower case) and OAuth's error codes (RFC 6749's,
-by name). Anything else is named by its kind and length only, and a code that holds one of the secrets the
-caller names is treated as anything else. Metric labels take only the codes listed here (else `other`), so a
-server cannot make new time series either.
+Conduit token, an OAuth client secret or code: Phorge's own error texts quote them), or a secret changed a
+little (upper-cased, halved, reversed, without its `api-`). So nothing a server sends is shown as it is,
+except an error code Phorge itself can answer: Conduit's codes and OAuth's, each listed below as Phorge's
+source has them (every `ERR-...` of its Conduit methods and controller, every error its OAuth server
+answers). Anything else is named by its kind and length only. Metric labels take only these codes (else
+`other`), so a server cannot make new time series either.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
-CODE_MAX = 64
-_CONDUIT_CODE = re.compile(r"ERR[-_][A-Z0-9]+(?:[-_][A-Z0-9]+)*")
-# Conduit's codes for the methods this service calls (PhabricatorConduitAPIController, ConduitCall, the
-# methods' own): the labels of gorge_webhook_alert_conduit_errors.
+# Every Conduit error code in Phorge's source (src/: ConduitException codes, the methods' getErrorTypes(), the
+# API controller's; read from Phorge master 07c1a51310, 2026.27 and 2025.51). A disabled user's token is
+# refused as ERR-INVALID-AUTH (PhabricatorConduitAPIController::validateAuthenticatedUser).
 CONDUIT_CODES = frozenset(
-    {
-        "ERR-CONDUIT-CORE",
-        "ERR-CONDUIT-CALL",
-        "ERR-INVALID-AUTH",
-        "ERR-INVALID-SESSION",
-        "ERR-INVALID-PARAMETER",
-        "ERR-UNKNOWN-CLIENT",
-        "ERR-BAD-VERSION",
-        "ERR-OAUTH-ACCESS",
-        "ERR-USER-DISABLED",
-    }
+    """
+    ERR-ARRAY-SOURCEPHIDS ERR-ARRAY-TYPES ERR-BAD-AUTHORPHIDS ERR-BAD-DIFF ERR-BAD-DOCUMENT ERR-BAD-FILE ERR-BAD-ID
+    ERR-BAD-IDS ERR-BAD-NAMES ERR-BAD-OBJECTPHID ERR-BAD-PHID ERR-BAD-PHIDS ERR-BAD-QUERYKEY ERR-BAD-REVISION
+    ERR-BAD-SOURCEPHIDS ERR-BAD-TASK ERR-BAD-TOKEN ERR-BAD-TOKENPHID ERR-BAD-TYPES ERR-BAD-VERSION ERR-CONDUIT-CALL
+    ERR-CONDUIT-CORE ERR-INVALID-ATTACHMENT ERR-INVALID-ATTACHMENTS-FORMAT ERR-INVALID-AUTH ERR-INVALID-CERTIFICATE
+    ERR-INVALID-CONSTRAINT ERR-INVALID-CONSTRAINT-AUTHORPHIDS-FORMAT ERR-INVALID-CONSTRAINT-PHIDS-FORMAT
+    ERR-INVALID-CONSTRAINTS-FORMAT ERR-INVALID-CONTENTS ERR-INVALID-ENGINE ERR-INVALID-OBJECT-PHID
+    ERR-INVALID-OBJECT-PHID-FORMAT ERR-INVALID-OBJECT-TYPE ERR-INVALID-OBJECT-TYPE-FORMAT ERR-INVALID-PAGE-SIZE
+    ERR-INVALID-PARAMETER ERR-INVALID-PARAMETERS ERR-INVALID-SESSION ERR-INVALID-TOKEN ERR-INVALID-USER
+    ERR-INVALID_ENGINE ERR-NEED-DIFF ERR-NEED-FILE ERR-NO-CERTIFICATE ERR-NO-CONTENT ERR-NO-EFFECT ERR-NO-PASTE
+    ERR-NOT-FOUND ERR-OAUTH-ACCESS ERR-PERMISSIONS ERR-RATE-LIMIT ERR-UNKNOWN-CLIENT ERR-UNKNOWN-REPOSITORY
+    ERR-UNKNOWN-TYPE ERR-UNKNOWN-VCS-TYPE ERR-UNSUPPORTED-VCS ERR-USAGE-NO-SOURCE-PATH ERR_BAD_DIFF ERR_BAD_PASTE
+    ERR_BAD_POLL ERR_BAD_REVISION ERR_BAD_TASK ERR_CLOSED ERR_EMPTY_PARTICIPANT_PHIDS ERR_EMPTY_TITLE ERR_FULLTEXT
+    ERR_NEED_PARAM ERR_NOT_FOUND ERR_NO_NAME ERR_USAGE_NO_ROOM_ID ERR_USAGE_NO_UPDATES ERR_USAGE_ONLY_SELF_REMOVE
+    ERR_USAGE_ROOM_NOT_FOUND ERR_WRONG_USER
+    """.split()
 )
-# RFC 6749 §4.1.2.1 and §5.2: what Phorge's OAuth server (PhabricatorOAuthServer) answers with.
+# What Phorge's OAuth server answers (PhabricatorOAuthServerAuthController, PhabricatorOAuthServerTokenController).
 OAUTH_CODES = frozenset(
     {
-        "invalid_request",
+        "access_denied",
         "invalid_client",
         "invalid_grant",
-        "unauthorized_client",
+        "invalid_request",
+        "server_error",
         "unsupported_grant_type",
         "unsupported_response_type",
-        "invalid_scope",
-        "access_denied",
-        "server_error",
-        "temporarily_unavailable",
     }
 )
 OTHER = "other"
@@ -72,15 +72,10 @@ def _holds_secret(value: str, secrets: Iterable[str]) -> bool:
 
 
 def conduit_code(value: object, *, secrets: Iterable[str] = ()) -> str:
-    """Conduit's error code as it may be shown: the code when it is one of Conduit's words, else what it was."""
-    if (
-        isinstance(value, str)
-        and len(value) <= CODE_MAX
-        and _CONDUIT_CODE.fullmatch(value)
-        and not _holds_secret(value, secrets)
-    ):
+    """Conduit's error code as it may be shown: the code when Conduit knows it, else what it was."""
+    if isinstance(value, str) and value in CONDUIT_CODES and not _holds_secret(value, secrets):
         return value
-    return f"an error code not of Conduit's form ({kind(value)})"
+    return f"an error code not known to Conduit ({kind(value)})"
 
 
 def conduit_label(code: str) -> str:
@@ -89,7 +84,7 @@ def conduit_label(code: str) -> str:
 
 
 def oauth_code(value: object, *, secrets: Iterable[str] = ()) -> str:
-    """An OAuth error code as it may be shown: one of OAuth's codes, else what it was."""
+    """An OAuth error code as it may be shown: one Phorge's OAuth server answers, else what it was."""
     if isinstance(value, str) and value in OAUTH_CODES and not _holds_secret(value, secrets):
         return value
-    return f"an error code not of OAuth's ({kind(value)})"
+    return f"an error code not known to OAuth ({kind(value)})"

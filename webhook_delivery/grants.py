@@ -60,8 +60,9 @@ def _account(user: str, host: str) -> str:
     return f"{_literal(check_user(user))}@{_literal(check_host(host))}"
 
 
-def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = True) -> str:
-    """GRANT statements for this service's MariaDB/MySQL user, with what each optional one is for.
+def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = True, web: bool = False) -> str:
+    """GRANT statements for this service's MariaDB/MySQL user, with what each optional one is for; with `web`,
+    for the web process's own user: SELECT only (the pages write none of Phorge's rows).
 
     Table-level grants: each table must exist (it does in any Phorge after `bin/storage upgrade`).
     Raises ValueError for an invalid namespace and AccountError (a ValueError) for a refused user or host.
@@ -78,20 +79,29 @@ def grants_sql(namespace: str, user: str, host: str = "%", *, optional: bool = T
             "-- The account holds a quote or a backslash, escaped with backslashes: make sure they are read so.",
             "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'NO_BACKSLASH_ESCAPES', '');",
         ]
-    lines += [
-        "-- Required: read hooks, claim requests and write their results.",
-        f"GRANT SELECT ON {qualified(namespace, 'herald', 'herald_webhook')} TO {account};",
-        f"GRANT SELECT, UPDATE ON {qualified(namespace, 'herald', 'herald_webhookrequest')} TO {account};",
-    ]
+    if web:
+        lines += [
+            "-- Required for the web process (dashboard, admin, JSON, probes): read hooks and requests. It writes none",
+            "-- of Phorge's rows: its actions (hold, release, requeue, retry now) go to a worker through Django's",
+            "-- database (DATABASE_URL), and the workers keep their own user, with UPDATE.",
+            f"GRANT SELECT ON {qualified(namespace, 'herald', 'herald_webhook')} TO {account};",
+            f"GRANT SELECT ON {qualified(namespace, 'herald', 'herald_webhookrequest')} TO {account};",
+        ]
+    else:
+        lines += [
+            "-- Required: read hooks, claim requests and write their results.",
+            f"GRANT SELECT ON {qualified(namespace, 'herald', 'herald_webhook')} TO {account};",
+            f"GRANT SELECT, UPDATE ON {qualified(namespace, 'herald', 'herald_webhookrequest')} TO {account};",
+        ]
     if optional:
         lines += [
             "-- Optional: without it a partitioned Phorge (bin/storage partition) is not recognised, and objects of "
             "applications on other masters are looked up in their empty copies here and failed as deleted.",
             f"GRANT SELECT ON {qualified(namespace, 'meta_data', 'hoststate')} TO {account};",
             "-- Optional: without it, values an older install left in Phorge's config database are not seen. "
-            "phabricator.silent, security.outbound-blacklist, phabricator.base-uri and phd.garbage-collection come "
-            "from conf/local/local.json, where bin/config set writes them, read without any grant "
-            "(GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG).",
+            "phabricator.silent, security.outbound-blacklist, phabricator.base-uri, phd.garbage-collection and "
+            "gorge.webhook.uri come from conf/local/local.json, where bin/config set writes them, read without any "
+            "grant (GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG).",
             f"GRANT SELECT ON {qualified(namespace, 'config', 'config_entry')} TO {account};",
             "-- Optional: without these, PHP delivery still running is not detected (handover guard: unknown), and "
             "a request PHP also has a task for can be sent twice while both deliver.",

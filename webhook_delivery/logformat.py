@@ -35,6 +35,17 @@ def _text_value(value: object) -> str:
     return text
 
 
+class RefusalsWithoutTraceback(logging.Filter):
+    """Django logs a refusal for lack of a permission (403) with the exception's traceback: it is no error, and
+    the line says all there is (the page says the rest)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("django.") and getattr(record, "status_code", None) == 403:
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 class TextFormatter(logging.Formatter):
     """`<time> <LEVEL> <logger> <message> key=value ...`: the fields in the line, before any traceback."""
 

@@ -48,6 +48,17 @@ class PhpDelivery:
         """PHP delivered lately ("active" or "recent"): requests too young to tell are left to it."""
         return self.state in ("active", "recent")
 
+    def handed_over(self) -> PhpDelivery:
+        """What this is while Phorge's settings say delivery is delegated to this service: a task phd ran then
+        only left its request queued for this service (contrib/phorge's guard), so tasks that ran are no PHP
+        delivery; tasks still in Phorge's queue keep it "active" (their requests are left to PHP until then)."""
+        if self.state not in ("active", "recent") or self.active_tasks:
+            return self
+        ran = f"{self.recently_archived or 0} run by phd lately only left their requests to this service (delegated)"
+        return PhpDelivery(
+            "idle", self.active_tasks, self.leased_tasks, self.recently_archived, None, f"{self.detail}; {ran}"
+        )
+
     def as_json(self) -> PhpDeliveryState:
         """The dict written into the heartbeat and /api/webhook/health."""
         return {

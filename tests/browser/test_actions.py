@@ -8,6 +8,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def test_hold_from_the_hook_page_then_release_each_request_delivered_once(
         page.get_by_role("button", name="Hold", exact=True).click()
         page.wait_for_url(f"{web}/hooks/{held}/#actions")
         assert action_row(page, "hold", "pending").count() == 1, "no worker yet: it waits"
-        assert "waiting for a worker" in page.inner_text("#actions-table")
+        assert "no worker is running: this action waits until " in page.inner_text("#actions-table")
         worker = workers("operated", "--poll-interval-ms", "100", **site.env).start()
         expect(action_row(page, "hold", "done")).to_have_count(1, timeout=DONE_WITHIN_MS)  # the page reloads itself
         assert "held (Held hook): no worker starts a call for it" in page.inner_text("#actions-table")
@@ -135,7 +136,7 @@ def test_requeue_a_hooks_failed_requests_after_the_dry_run_and_one_request_from_
         page.get_by_role("button", name="Requeue", exact=True).click()
         page.wait_for_url(f"{web}/hooks/{hook}/#actions")
         expect(action_row(page, "requeue", "done")).to_have_count(1, timeout=DONE_WITHIN_MS)
-        assert "requeued 5 of the 5 requests shown" in page.inner_text("#actions-table")
+        assert "requeued the 5 requests shown" in page.inner_text("#actions-table")
         sent = {phorge.row(phid)["objectPHID"] for phid in wanted}
         wait_for(lambda: set(calls(receiver, "/fixed/")) == sent, 30, "the requeued deliveries")
 
@@ -144,7 +145,7 @@ def test_requeue_a_hooks_failed_requests_after_the_dry_run_and_one_request_from_
         page.get_by_role("button", name="Requeue", exact=True).click()
         page.wait_for_url(f"{web}/requests/{one}/#actions")
         expect(action_row(page, "requeue", "done")).to_have_count(1, timeout=DONE_WITHIN_MS)
-        assert "requeued 1 of the request" in page.inner_text("#actions-table")
+        assert "requeued the request" in page.inner_text("#actions-table")
         sent.add(phorge.row(one)["objectPHID"])
         wait_for(lambda: set(calls(receiver, "/fixed/")) == sent, 30, "the one request delivered")
         wait_for(lambda: all(phorge.row(phid)["status"] == "sent" for phid in [*wanted, one]), 10, "the results")
@@ -157,7 +158,7 @@ def test_requeue_a_hooks_failed_requests_after_the_dry_run_and_one_request_from_
     ]
     page.goto(f"{web}/admin/delivery_status/operatoraction/")
     assert page.locator("#result_list tbody tr").count() == 2
-    assert "requeued 5 of the 5 requests shown" in page.inner_text("#result_list")
+    assert "requeued the 5 requests shown" in page.inner_text("#result_list")
 
 
 def test_a_post_without_the_csrf_token_from_staff_without_the_permission_or_anonymous_does_nothing(
@@ -211,3 +212,98 @@ def test_the_forms_fit_a_1280_px_window(
         assert page.locator(shown).is_visible(), path
         page.screenshot(path=str(tmp_path / f"{shown[1:]}.png"), full_page=True)
         assert page.evaluate("document.documentElement.scrollWidth") <= 1280, path
+
+
+def test_after_an_outage_retry_now_sends_each_waiting_request_once_at_once_one_call_at_a_time(
+    phorge: Phorge, site: SiteDatabase, web: str, workers: Any, chromium: Any
+) -> None:
+    """Herald's requests (retry=forever) stay queued through a receiver's outage and wait out Phorge's 300 s
+    backoff after each failed attempt; fixed, the receiver gets them all within seconds of Retry now."""
+    with Receiver(slow_seconds=0.2) as receiver:
+        receiver.state.down.add("/back")
+        hook = phorge.hook(receiver.url("/back/slow"), name="Recovered hook")
+        objects = seed(phorge, [hook], 6)
+        worker = workers("outage", "--poll-interval-ms", "100", **site.env).start()
+        failing = "SELECT COUNT(*) FROM herald_webhookrequest WHERE status = 'queued' AND lastRequestResult = 'fail'"
+        wait_for(lambda: phorge.execute(failing)[0][0] == 6, 60, "each request failed once, in its backoff")
+        assert count_status(phorge, "queued") == 6, "retry=forever: none is failed"
+        receiver.state.down.clear()  # the receiver is fixed
+        fixed_at = time.time()
+        page = sign_in(chromium, web, OPERATOR)
+        page.goto(f"{web}/hooks/{hook}/")
+        assert "6 queued requests failed within the last 5 min; the next is tried at" in page.inner_text("#retry-form")
+        page.get_by_role("button", name="Retry now: dry run").click()
+        assert page.inner_text("#retry-count") == "6 requests wait on their retry backoff"
+        assert "The hook's breaker is closed" in page.inner_text("#retry-dry-run")
+        assert not [r for r in receiver.requests if r.at >= fixed_at], "nothing tried since: all in their backoff"
+        page.get_by_role("button", name="Retry now", exact=True).click()
+        page.wait_for_url(f"{web}/hooks/{hook}/#actions")
+        expect(action_row(page, "retry", "done")).to_have_count(1, timeout=DONE_WITHIN_MS)
+        assert "6 requests (Recovered hook) that failed up to " in page.inner_text("#actions-table")
+        wait_for(lambda: count_status(phorge, "sent") == 6, 30, "all six delivered, long before their backoff ends")
+        time.sleep(0.5)
+        answered = [r for r in receiver.requests if r.at >= fixed_at]
+        assert Counter(r.object_phid for r in answered) == Counter(objects), "each exactly once"
+        assert receiver.state.max_in_flight["/back"] == 1, "one call at a time for the hook, as always"
+        assert time.time() - fixed_at < 300 - 30, "not at the end of the backoff"
+    lines = worker.lines()
+    assert [line["kind"] for line in with_event(lines, "action.done")] == ["retry"]
+    assert hook in [line["hook"] for line in with_event(lines, "retry.order_seen")]
+    assert not with_event(lines, "breaker.entered")
+
+
+def test_a_requeue_pressed_while_no_worker_runs_goes_out_within_seconds_of_the_workers_start(
+    phorge: Phorge, site: SiteDatabase, web: str, workers: Any, chromium: Any
+) -> None:
+    with Receiver() as receiver:
+        hook = phorge.hook(receiver.url("/later/ok"), name="Later hook")
+        request = failed(phorge, hook)
+        page = sign_in(chromium, web, OPERATOR)
+        page.goto(f"{web}/requests/{request}/")
+        page.get_by_role("button", name="Requeue", exact=True).click()
+        page.wait_for_url(f"{web}/requests/{request}/#actions")
+        ((asked,),) = site.sql("SELECT requested_at FROM delivery_status_operatoraction")
+        until = (asked + timedelta(minutes=10)).strftime("%H:%M:%S")
+        said = f"no worker is running: this action waits until {until} UTC, then expires"
+        assert said in page.inner_text("#actions-table")
+        assert page.locator("#requeue-request-form").count() == 0, "no second Requeue while one waits"
+        assert "A requeue of this request is waiting for a worker" in page.inner_text("#operate")
+        worker = workers("late", "--poll-interval-ms", "100", **site.env).start()
+        started = time.time()
+        wait_for(lambda: calls(receiver, "/later/") == Counter([phorge.row(request)["objectPHID"]]), 60, "the call")
+        assert time.time() - started < 60, "not at the window's sweep, ten minutes later"
+        expect(action_row(page, "requeue", "done")).to_have_count(1, timeout=DONE_WITHIN_MS)
+    lines = worker.lines()
+    assert [line["hook"] for line in with_event(lines, "requeue.notice_taken")] == [hook]
+
+
+def test_the_pending_expired_forbidden_and_no_permission_pages_say_what_happens(
+    phorge: Phorge, site: SiteDatabase, web: str, chromium: Any
+) -> None:
+    hook = phorge.hook("http://127.0.0.1:9/x", name="Words hook")
+    failed(phorge, hook)
+    operator = sign_in(chromium, web, OPERATOR)
+    operator.goto(f"{web}/hooks/{hook}/")
+    operator.get_by_role("button", name="Hold", exact=True).click()
+    operator.wait_for_url(f"{web}/hooks/{hook}/#actions")
+    assert "no worker is running: this action waits until " in operator.inner_text("#actions-table")
+    assert operator.locator("#hold-form").count() == 0 and operator.locator("#hold-pending").count() == 1
+    site.sql("UPDATE delivery_status_operatoraction SET requested_at = requested_at - INTERVAL 11 MINUTE")
+    operator.goto(f"{web}/hooks/{hook}/")
+    assert action_row(operator, "hold", "expired").count() == 1
+    assert "no worker took it within 10 minutes: nothing was done" in operator.inner_text("#actions-table")
+    assert site.sql("SELECT state FROM delivery_status_operatoraction") == [("expired",)]
+
+    looker = sign_in(chromium, web, LOOKER)
+    looker.goto(f"{web}/hooks/{hook}/requeue/")
+    assert "There is no button here for you: to requeue them an account needs the permission" in looker.inner_text(
+        "#no-button"
+    )
+    token = next(c["value"] for c in looker.context.cookies() if c["name"] == "csrftoken")
+    answer = looker.request.post(f"{web}/hooks/{hook}/hold/", form={"form_key": "k" * 32, "csrfmiddlewaretoken": token})
+    assert answer.status == 403
+    looker.set_content(answer.text())
+    assert "You are signed in as web-looker, whose account does not hold the permission operate webhooks" in (
+        looker.inner_text("#forbidden-why")
+    )
+    assert "Nothing was done." in looker.inner_text("#forbidden-why") and "Traceback" not in answer.text()

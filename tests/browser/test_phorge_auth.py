@@ -194,8 +194,8 @@ def test_non_administrator_and_disabled_user_are_refused(
     if kind == "member":
         assert_names(refused, "bob", user.phid)
         assert getattr(refused, "reason", None) == "not a Phorge administrator"
-    else:  # Conduit refuses a disabled user's token (ERR-USER-DISABLED) without saying who it is
-        assert getattr(refused, "reason", None) == "ERR-USER-DISABLED"
+    else:  # Conduit refuses a disabled user's token (ERR-INVALID-AUTH) without saying who it is
+        assert getattr(refused, "reason", None) == "ERR-INVALID-AUTH"
         assert not hasattr(refused, "user") and not hasattr(refused, "phid")
     assert not logged(logs, events.SIGNED_IN)
     seen.close()
@@ -277,8 +277,12 @@ def test_signed_in_administrator_loses_access_within_the_recheck_interval(
         standin.tokens.clear()
     time.sleep(1.1)
     assert not seen.signed_in()
-    assert "/admin/login/" in seen.page.url
-    assert "Signed out" in seen.page.inner_text("body")
+    assert urlsplit(seen.page.url).path == "/auth/phorge/ended/", "a page that says why"
+    assert "Phorge no longer lets you in here" in seen.page.inner_text("#phorge-auth-message")
+    seen.page.click("#phorge-auth-back")
+    assert "/admin/login/" in seen.page.url and "Signed out: Phorge no longer lets you in here" in (
+        seen.page.inner_text("body")
+    )
     user = get_user_model().objects.get(phorge_account__phid=alice.phid)
     assert not user.is_staff and not user.has_perm(VIEW_PERMISSION) and not user.has_perm(OPERATE_PERMISSION)
     assert PhorgeAccount.objects.get(phid=alice.phid).token_encrypted == ""
@@ -286,7 +290,7 @@ def test_signed_in_administrator_loses_access_within_the_recheck_interval(
     assert_names(demoted, "alice", alice.phid)  # named even when Phorge only answers an error code
     reasons = {
         "demoted": "not a Phorge administrator",
-        "disabled": "ERR-USER-DISABLED",
+        "disabled": "ERR-INVALID-AUTH",
         "token revoked": "ERR-INVALID-AUTH",
     }
     assert getattr(demoted, "reason", None) == reasons[change]
@@ -715,3 +719,55 @@ def test_readme_sign_in_steps_use_phorges_own_words() -> None:
         assert words in section, words
     assert "UPDATE " not in section and "isTrusted" not in section
     assert not re.search(r"skips? (its|the) consent", section)
+
+
+def test_a_demoted_administrator_is_refused_at_the_next_action_after_the_bound(
+    phorge: Phorge, live_server: Any, standin: PhorgeStandin, browser: Any, logs: Any, settings: Any
+) -> None:
+    """Removed as an administrator in Phorge while signed in here: the session's own re-check is 300 s away,
+    but an action asks Phorge again once its last answer is older than GORGE_PHORGE_OAUTH_ACTION_RECHECK_SEC."""
+    from webhook_delivery.records.models import OperatorAction
+
+    bound = 2
+    settings.GORGE_PHORGE_OAUTH = PhorgeOAuthConfig(
+        client_id=standin.client_id,
+        client_secret=standin.client_secret,
+        url=standin.url,
+        recheck_sec=300,
+        action_recheck_sec=bound,
+    )
+    hooks = [phorge.hook(f"http://127.0.0.1:9/{n}", name=f"Hook {n}") for n in range(3)]
+    alice = admin_user(standin)
+    seen = Seen(browser, live_server.url)
+    seen.sign_in_with_phorge()
+    asked = standin.whoami_requests
+
+    def hold(hook: str) -> None:
+        seen.goto(f"/hooks/{hook}/")
+        seen.page.get_by_role("button", name="Hold", exact=True).click()
+        seen.page.wait_for_load_state()
+        seen.pages.append(seen.page.content())
+
+    hold(hooks[0])  # within the bound of the sign-in's own question: Phorge is not asked again
+    assert standin.whoami_requests == asked and OperatorAction.objects.count() == 1
+    time.sleep(bound + 0.5)
+    hold(hooks[1])  # past it: asked, still an administrator
+    assert standin.whoami_requests == asked + 1 and OperatorAction.objects.count() == 2
+
+    alice.admin = False  # "Remove Administrator" in Phorge
+    time.sleep(bound + 0.5)
+    hold(hooks[2])
+    assert urlsplit(seen.page.url).path == "/auth/phorge/ended/"
+    assert seen.page.inner_text("#phorge-auth-title") == "Your session has ended"
+    assert "Phorge no longer lets you in here: it said, when asked again, that you are not a Phorge administrator" in (
+        seen.page.inner_text("#phorge-auth-message")
+    )
+    assert OperatorAction.objects.count() == 2, "the demoted administrator's action was not written"
+    assert not seen.signed_in()
+    (demoted,) = logged(logs, events.DEMOTED)
+    assert_names(demoted, "alice", alice.phid)
+    assert getattr(demoted, "reason", None) == "not a Phorge administrator"
+    user = get_user_model().objects.get(phorge_account__phid=alice.phid)
+    assert not user.is_staff and not user.has_perm(OPERATE_PERMISSION)
+    seen.close()
+    assert_no_secret_anywhere(standin, logs, seen)

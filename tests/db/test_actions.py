@@ -190,7 +190,7 @@ def test_the_dry_run_shows_what_would_be_requeued_and_the_worker_requeues_exactl
     before = {phid: phorge.row(phid) for phid in [other_error, too_early, unreadable]}
     assert worker().carry_out() is True
     action = OperatorAction.objects.get()
-    assert (action.state, action.requeued, action.outcome) == ("done", 3, "requeued 3 of the 3 requests shown")
+    assert (action.state, action.requeued, action.outcome) == ("done", 3, "requeued the 3 requests shown")
     assert action.what.startswith("requeue 3 requests shown, http/503, failed since ")
     for phid in wanted:
         row = phorge.row(phid)
@@ -218,25 +218,32 @@ def test_one_requeue_puts_back_at_most_the_cap_and_says_how_many_more(phorge: Ph
     assert phorge.execute("SELECT COUNT(*) FROM herald_webhookrequest WHERE status = 'failed'")[0][0] == 20
 
 
-def test_requeues_are_limited_per_user(phorge: Phorge, django_user_model: Any) -> None:
+def test_requeues_are_limited_per_user_and_a_requeue_waiting_already_is_not_asked_twice(
+    phorge: Phorge, django_user_model: Any
+) -> None:
     hook = phorge.hook("http://127.0.0.1:9/x")
-    request = failed(phorge, hook)
+    requests = [failed(phorge, hook) for _ in range(actions.PER_USER + 1)]
     alice = signed_in(operator(django_user_model, "alice"))
-    keys = [actions.new_form_key() for _ in range(actions.REQUEUES_PER_USER + 1)]
-    for key in keys[:-1]:
+    keys = [actions.new_form_key() for _ in requests]
+    for request, key in zip(requests[:-1], keys, strict=False):
         assert alice.post(f"/requests/{request}/requeue/", {"form_key": key}).status_code == 303
-    assert alice.post(f"/requests/{request}/requeue/", {"form_key": keys[0]}).status_code == 303, "a resubmit"
-    limited = alice.post(f"/requests/{request}/requeue/", {"form_key": keys[-1]})
+    assert alice.post(f"/requests/{requests[0]}/requeue/", {"form_key": keys[0]}).status_code == 303, "a resubmit"
+    again = alice.post(f"/requests/{requests[0]}/requeue/", {"form_key": actions.new_form_key()})
+    assert again.status_code == 409
+    assert "A requeue of this request is waiting for a worker already (asked by alice at " in again.content.decode()
+    limited = alice.post(f"/requests/{requests[-1]}/requeue/", {"form_key": keys[-1]})
     assert limited.status_code == 429
-    assert f"At most {actions.REQUEUES_PER_USER} requeues per user within 10 minutes" in limited.content.decode()
+    said = limited.content.decode()
+    assert f"At most {actions.PER_USER} requeues per user within 10 minutes: nothing was done. Ask again after " in said
+    assert alice.post(f"/hooks/{hook}/hold/", {"form_key": actions.new_form_key()}).status_code == 303, "its own limit"
     bob = signed_in(operator(django_user_model, "bob"))
-    assert bob.post(f"/requests/{request}/requeue/", {"form_key": actions.new_form_key()}).status_code == 303
-    assert OperatorAction.objects.count() == actions.REQUEUES_PER_USER + 1
-    # The first one requeues it; the others find it no longer failed and say so.
+    assert bob.post(f"/requests/{requests[-1]}/requeue/", {"form_key": actions.new_form_key()}).status_code == 303
+    assert OperatorAction.objects.filter(kind="requeue").count() == actions.PER_USER + 1
     worker().carry_out()
-    outcomes = list(OperatorAction.objects.order_by("id").values_list("requeued", flat=True))
-    assert outcomes == [1] + [0] * actions.REQUEUES_PER_USER
-    assert "no longer failed as shown" in OperatorAction.objects.order_by("id").last().outcome  # type: ignore[union-attr]
+    assert list(OperatorAction.objects.filter(kind="requeue").values_list("requeued", flat=True)) == [1] * 11
+    assert alice.post(f"/requests/{requests[0]}/requeue/", {"form_key": actions.new_form_key()}).status_code == 409, (
+        "no longer failed: nothing to requeue"
+    )
 
 
 def test_a_request_is_requeued_from_its_page(phorge: Phorge, django_user_model: Any) -> None:
@@ -252,25 +259,24 @@ def test_a_request_is_requeued_from_its_page(phorge: Phorge, django_user_model: 
     worker().carry_out()
     assert phorge.row(request)["status"] == "queued"
     one, refused = OperatorAction.objects.order_by("id")
-    assert (one.request_phid, one.hook_phid, one.requeued, one.outcome) == (
-        request,
-        hook,
-        1,
-        "requeued 1 of the request",
-    )
+    assert (one.request_phid, one.hook_phid, one.requeued, one.outcome) == (request, hook, 1, "requeued the request")
     assert refused.state == "not-done" and "(Off hook) is disabled: enable it in Phorge first" in refused.outcome
     assert phorge.row(disabled)["status"] == "failed"
-    assert "requeued 1 of the request" in page(client, f"/requests/{request}/")
+    assert "requeued the request" in page(client, f"/requests/{request}/")
 
 
-def test_only_one_worker_carries_an_action_out_and_old_ones_expire_or_are_taken_again(phorge: Phorge) -> None:
+def test_only_one_worker_carries_an_action_out_and_old_ones_expire_or_are_taken_again(
+    phorge: Phorge, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
     hook = phorge.hook("http://127.0.0.1:9/x")
+    other = phorge.hook("http://127.0.0.1:9/y")
     now = datetime.now(UTC)
     fresh, _ = actions.ask(
         "hold", form_key=actions.new_form_key(), requested_by="alice", requested_from="192.0.2.1", hook_phid=hook
     )
     stale, _ = actions.ask(
-        "hold", form_key=actions.new_form_key(), requested_by="alice", requested_from="192.0.2.1", hook_phid=hook
+        "hold", form_key=actions.new_form_key(), requested_by="alice", requested_from="192.0.2.1", hook_phid=other
     )
     OperatorAction.objects.filter(id=stale.id).update(requested_at=now - actions.EXPIRES_AFTER - timedelta(seconds=1))
     first = actions.take_pending("worker:1:aaaaaa")
@@ -278,6 +284,8 @@ def test_only_one_worker_carries_an_action_out_and_old_ones_expire_or_are_taken_
     assert actions.take_pending("worker:2:bbbbbb") == [], "taken by the first worker"
     stale.refresh_from_db()
     assert (stale.state, stale.outcome) == ("expired", actions.EXPIRED_OUTCOME)
+    (expired,) = with_event(caplog.records, "action.expired")
+    assert (expired.action, expired.kind, expired.hook) == (stale.id, "hold", other)
     # The first worker died with it: after RETAKE_AFTER another takes it and carries it out.
     OperatorAction.objects.filter(id=fresh.id).update(taken_at=now - actions.RETAKE_AFTER - timedelta(seconds=1))
     assert worker("worker:2:bbbbbb").carry_out() is True
@@ -332,3 +340,52 @@ def test_phorge_administrators_may_operate(phorge: Phorge) -> None:
     revoke("PHID-USER-aaaaaaaaaaaaaaaaaaaa", forget_token=True)
     user = type(user).objects.get(pk=user.pk)
     assert not user.has_perm(OPERATE_PERMISSION)
+
+
+def test_holds_and_releases_are_limited_like_requeues_and_a_release_needs_a_hold(
+    phorge: Phorge, django_user_model: Any
+) -> None:
+    hooks = [phorge.hook(f"http://127.0.0.1:9/{n}") for n in range(actions.PER_USER + 1)]
+    alice = signed_in(operator(django_user_model, "alice"))
+    refused = alice.post(f"/hooks/{hooks[0]}/release/", {"form_key": actions.new_form_key()})
+    assert (
+        refused.status_code == 409 and "This hook is not held: there is nothing to release." in refused.content.decode()
+    )
+    missing = "PHID-HWBH-nosuchhookatall00000000"
+    gone = alice.post(f"/hooks/{missing}/release/", {"form_key": actions.new_form_key()})
+    assert gone.status_code == 404
+    assert "There is no such hook in Phorge, and no hold on it: there is nothing to release." in gone.content.decode()
+    assert not OperatorAction.objects.exists(), "a refused release writes nothing, and costs no quota"
+    for hook in hooks[:-1]:
+        assert alice.post(f"/hooks/{hook}/hold/", {"form_key": actions.new_form_key()}).status_code == 303
+    again = alice.post(f"/hooks/{hooks[0]}/hold/", {"form_key": actions.new_form_key()})
+    assert again.status_code == 409 and "A hold of this hook is waiting for a worker already" in again.content.decode()
+    worker().carry_out()
+    limited = alice.post(f"/hooks/{hooks[0]}/release/", {"form_key": actions.new_form_key()})
+    assert limited.status_code == 429
+    assert "At most 10 holds and releases per user within 10 minutes: nothing was done." in limited.content.decode()
+    assert OperatorAction.objects.count() == actions.PER_USER
+    HookHold.objects.create(hook_phid=missing, held_by="bob", held_at=datetime.now(UTC))
+    bob = signed_in(operator(django_user_model, "bob"))
+    assert bob.post(f"/hooks/{missing}/release/", {"form_key": actions.new_form_key()}).status_code == 303, (
+        "a hook gone from Phorge that is still held can be released"
+    )
+
+
+def test_the_hook_page_offers_no_second_hold_nor_a_request_page_a_second_requeue_while_one_waits(
+    phorge: Phorge, django_user_model: Any
+) -> None:
+    hook = phorge.hook("http://127.0.0.1:9/x")
+    request = failed(phorge, hook)
+    client = signed_in(operator(django_user_model))
+    shown = page(client, f"/hooks/{hook}/")
+    client.post(f"/hooks/{hook}/hold/", {"form_key": form_key(shown, "hold-form")})
+    shown = page(client, f"/hooks/{hook}/")
+    assert 'id="hold-form"' not in shown and 'id="release-form"' not in shown
+    assert "A hold of this hook is waiting for a worker" in shown
+    shown = page(client, f"/requests/{request}/")
+    client.post(f"/requests/{request}/requeue/", {"form_key": form_key(shown, "requeue-request-form")})
+    shown = page(client, f"/requests/{request}/")
+    assert 'id="requeue-request-form"' not in shown and "A requeue of this request is waiting for a worker" in shown
+    worker().carry_out()
+    assert 'id="release-form"' in page(client, f"/hooks/{hook}/"), "offered again once carried out"

@@ -169,3 +169,31 @@ def test_a_new_request_with_a_php_task_while_delegated_is_said_once_and_shown_wi
     write_local(path, {})  # handed back to PHP: the warning no longer applies
     _fresh()
     assert 'id="php-patch-missing"' not in client.get("/").content.decode()
+
+
+def test_a_task_phd_ran_while_delivery_is_delegated_is_no_php_delivery(
+    client: Any, phorge: Phorge, worker_db: AppDatabases, django_user_model: Any, monkeypatch: Any
+) -> None:
+    """With Phorge's side of the handover in force, a HeraldWebhookWorker task that runs only leaves its
+    request queued for this service: the pages, the metric and the alert count it as no PHP delivery."""
+    client.force_login(viewer(django_user_model))
+    _configure(monkeypatch)
+    worker_db.create(["config", "worker"])
+    worker_db.worker_task(archived=True, age=30)  # phd ran a task half a minute ago
+    _fresh()
+    assert phorge_status.php_delivery_state().state == "active", "not delegated: PHP delivered it"
+    page = client.get("/").content.decode()
+    assert "<strong>Phorge's PHP worker is also delivering webhooks</strong>" in page
+
+    worker_db.config("gorge.webhook.uri", json.dumps(URI))
+    _fresh()
+    handed = phorge_status.php_delivery_state()
+    assert (handed.state, handed.recently_archived, handed.last_delivery) == ("idle", 1, None)
+    assert handed.detail.endswith("1 run by phd lately only left their requests to this service (delegated)")
+    page = client.get("/").content.decode()
+    assert "also delivering webhooks" not in page and "delivered a webhook" not in page
+    assert 'gorge_webhook_php_delivery{state="idle"} 1.0' in client.get("/metrics").content.decode()
+
+    worker_db.worker_task()  # one still queued: its request is left to PHP until it runs
+    _fresh()
+    assert phorge_status.php_delivery_state().state == "active"

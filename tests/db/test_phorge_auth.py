@@ -174,8 +174,11 @@ def test_only_phorge_sign_in_ends_password_sessions_but_the_break_glass_ones(
         only=True,
         break_glass_users=("breakglass",),
     )
-    assert client.get("/").status_code == 302, "a superuser's password session, not break-glass: ended"
-    assert client.get("/").status_code == 302
+    ended_page = client.get("/")
+    assert (ended_page.status_code, ended_page["Location"]) == (303, "/auth/phorge/ended/"), "ended: to why"
+    why = client.get("/auth/phorge/ended/").content.decode()
+    assert "Your session has ended" in why and "Only Sign in with Phorge is allowed here now" in why
+    assert client.get("/").status_code == 302, "then to the login page, as anyone signed out"
     assert other.get("/").status_code == 200, "the break-glass account keeps its session"
     [ended] = logged(caplog, events.SESSION_ENDED)
     assert getattr(ended, "user", "") == "root2"

@@ -288,3 +288,35 @@ def test_without_phorges_config_the_default_list_is_in_force_and_the_log_says_wh
     [looked] = [r.getMessage() for r in caplog.records if getattr(r, "event", "") == "settings.looked"]
     assert f"cannot read `{namespace}_config`.`config_entry`" in looked
     assert "not changed" not in looked and "no local file given" in looked
+
+
+def test_the_dashboard_says_what_the_running_workers_read_of_silent_mode_not_its_own_reading(
+    phorge: Phorge, unset: Any, client: Any, django_user_model: Any, settings_cache: None, monkeypatch: Any
+) -> None:
+    """The web process without Phorge's local file reads phabricator.silent as unknown; a worker given it
+    delivers. The workers' reading (their heartbeat) is the truth, this process's is said as its own."""
+    from datetime import UTC, datetime
+
+    from webhook_delivery.records.models import WorkerHeartbeat
+
+    monkeypatch.setattr(settings, "GORGE_WEBHOOK", unset)
+    client.force_login(viewer(django_user_model))
+    now = datetime.now(UTC)
+
+    def beat(worker_id: str, paused: str | None) -> None:
+        state = {"version": 1, "delivery_paused": paused}
+        WorkerHeartbeat.objects.update_or_create(
+            worker_id=worker_id,
+            defaults={"hostname": "h", "pid": 1, "started_at": now, "last_seen": now, "state": state},
+        )
+
+    beat("w:1:aaaaaa", None)
+    page = client.get("/").content.decode()
+    assert 'data-paused="no"' in page and "Nothing is delivered:" not in page
+    assert "The running workers read Phorge's settings and deliver (their heartbeats say so)" in page
+    beat("w:2:bbbbbb", "phabricator.silent is unknown (no local file)")
+    page = client.get("/").content.decode()
+    assert "Nothing is delivered:</strong> 1 of 2 workers deliver nothing: phabricator.silent is unknown" in page
+    beat("w:1:aaaaaa", "phabricator.silent is unknown (no local file)")
+    page = client.get("/").content.decode()
+    assert "Nothing is delivered:</strong> phabricator.silent is unknown (no local file) (the worker w:" in page

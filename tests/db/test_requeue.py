@@ -218,3 +218,28 @@ def test_requeue_escapes_hook_names_and_phorge_text_on_the_terminal(phorge: Any)
     with pytest.raises(CommandError) as caught:  # errors that name a hook escape its name too
         call_command("requeue_webhooks", "--hook", hook, "--dry-run", stdout=io.StringIO())
     assert _unsafe(str(caught.value)) == [] and "\\x1b[2K" in str(caught.value)
+
+
+def test_queued_makes_what_waits_on_its_retry_backoff_due_at_once_without_writing_phorges_rows(phorge: Phorge) -> None:
+    from webhook_delivery.records.models import OperatorAction
+    from webhook_delivery.records.retries import in_force
+
+    hook = phorge.hook("http://127.0.0.1:9/x", name="Outage hook")
+    other = phorge.hook("http://127.0.0.1:9/y", name="Quiet hook")
+    now = phorge.now()
+    rows = [
+        phorge.request(hook, retry="forever", lastRequestResult="fail", lastRequestEpoch=at, dateModified=at)
+        for at in (now - 120, now - 60)
+    ]
+    before = {phid: phorge.row(phid) for phid in rows}
+    dry = requeue("--queued", "--dry-run")
+    assert "Would make due at once: 2 queued requests of 1 hook waiting on their retry backoff" in dry
+    assert rows[0] in dry and "Outage hook" in dry and in_force() == {}
+    with pytest.raises(CommandError, match="--queued takes --hook only"):
+        requeue("--queued", "--since", "1h")
+    done = requeue("--queued", "--hook", hook)
+    assert "Made due at once: 2 queued requests of 1 hook" in done and "no row of Phorge's was changed" in done
+    assert set(in_force()) == {hook} and all(phorge.row(phid) == row for phid, row in before.items())
+    (action,) = OperatorAction.objects.filter(kind="retry")
+    assert (action.requested_by, action.state, action.requeued) == ("cli", "done", 2)
+    assert "Nothing waits: 0 queued requests of 0 hooks" in requeue("--queued", "--hook", other)

@@ -74,16 +74,16 @@ def test_only_codes_of_a_known_shape_are_shown_anything_else_by_its_kind() -> No
     assert answers.conduit_code("ERR_BAD_TASK") == "ERR_BAD_TASK"
     for hostile in (token, f"ERR-{token}", f"ERR-X {token}", "ERR-" + "A" * 80, "err-invalid-auth", "ERR-"):
         assert answers.conduit_code(hostile, secrets=(token,)) == (
-            f"an error code not of Conduit's form (text of {len(hostile)} characters)"
+            f"an error code not known to Conduit (text of {len(hostile)} characters)"
         )
-    assert answers.conduit_code(["ERR-X"]) == "an error code not of Conduit's form (a list of 1 item)"
-    assert answers.conduit_code(7) == "an error code not of Conduit's form (a number)"
+    assert answers.conduit_code(["ERR-X"]) == "an error code not known to Conduit (a list of 1 item)"
+    assert answers.conduit_code(7) == "an error code not known to Conduit (a number)"
     assert answers.conduit_label("ERR-INVALID-AUTH") == "ERR-INVALID-AUTH"
     assert answers.conduit_label("ERR-MADE-UP") == "other", "a server makes no new time series"
     secret = "abcdefghijklmnopqrstuvwxyzabcdef"  # an OAuth client secret can be all letters
     assert answers.oauth_code("invalid_grant", secrets=(secret,)) == "invalid_grant"
-    assert answers.oauth_code(secret, secrets=(secret,)) == "an error code not of OAuth's (text of 32 characters)"
-    assert answers.oauth_code("made_up_error") == "an error code not of OAuth's (text of 13 characters)"
+    assert answers.oauth_code(secret, secrets=(secret,)) == "an error code not known to OAuth (text of 32 characters)"
+    assert answers.oauth_code("made_up_error") == "an error code not known to OAuth (text of 13 characters)"
 
 
 def _forgeries(token: str) -> list[dict[str, Any]]:
@@ -124,7 +124,7 @@ def test_a_conduit_endpoint_that_echoes_the_token_everywhere_never_gets_it_shown
         assert conduit.token.upper() not in shown
     errors = [r for r in caplog.records if getattr(r, "event", "") == "alert.channel_failing"]
     assert len(errors) == len(_forgeries(conduit.token)), "each told, by what it was"
-    assert getattr(errors[0], "error", "") == ("Conduit an error code not of Conduit's form (text of 32 characters)")
+    assert getattr(errors[0], "error", "") == ("Conduit an error code not known to Conduit (text of 32 characters)")
 
 
 def _echo(secret: str) -> Callable[[socket.socket], None]:
@@ -203,13 +203,13 @@ def test_phorge_oauth_and_whoami_answers_that_echo_the_secrets_name_only_their_k
         )
         with pytest.raises(phorge_auth.TokenRefused) as refused:
             phorge_auth.exchange_code(conf, code, "http://127.0.0.1/redirect")
-    assert refused.value.code == "an error code not of OAuth's (text of 32 characters)"
+    assert refused.value.code == "an error code not known to OAuth (text of 32 characters)"
     token = "api-" + "k" * 28
     with RawServer(_conduit_200(token)) as server:
         conf = PhorgeOAuthConfig(url=f"http://127.0.0.1:{server.port}", client_id="x", client_secret="y")
         who = phorge_auth.whoami(token, conf)
     assert who.verdict is phorge_auth.Verdict.REFUSED
-    assert who.reason == "an error code not of Conduit's form (text of 32 characters)"
+    assert who.reason == "an error code not known to Conduit (text of 32 characters)"
 
 
 def _conduit_200(token: str) -> Callable[[socket.socket], None]:

@@ -277,6 +277,9 @@ def test_slack_mattermost_and_discord_plugins_post_their_own_shapes_with_the_tex
     assert to_mattermost.path == f"/hooks/{MATTERMOST_TOKEN}"
     [to_discord] = received(receiver, "/api/webhooks/")
     assert to_discord.path.startswith(f"/api/webhooks/1234/{DISCORD_TOKEN}")
+    for payload in (slack_payload, json.loads(to_mattermost.body), json.loads(to_discord.body)):
+        assert "github" not in json.dumps(payload).lower(), "no chat client sent to fetch Apprise's icon"
+    assert "icon_url" not in json.loads(to_mattermost.body)
     for shown in (json.loads(to_mattermost.body)["text"], json.loads(to_discord.body)["content"]):
         assert_neutral(shown)
         assert "<!channel>" not in shown and "<https" not in shown and "[x]" not in shown

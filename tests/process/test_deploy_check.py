@@ -6,13 +6,18 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.support.helpers import production_env
 from tests.support.processes import manage
 
 
-def test_check_deploy_passes_with_the_documented_production_environment(tmp_path: Path) -> None:
+@pytest.mark.parametrize("redirect", ["", "false"], ids=["redirect", "no redirect (handover.md)"])
+def test_check_deploy_passes_with_the_documented_production_environment(tmp_path: Path, redirect: str) -> None:
     env = production_env(tmp_path)
     assert "DEBUG" not in env and "GORGE_BEHIND_TLS_PROXY" not in env
+    if redirect:
+        env["GORGE_SSL_REDIRECT"] = redirect  # install.md says only gorge.I001 shows: so it is, this way too
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=env, ok=False)
     assert result.returncode == 0, result.stdout + result.stderr
     said = result.stdout + result.stderr

@@ -136,3 +136,28 @@ def test_print_grants_piped_into_mariadb_applies_the_grants(
     finally:
         with admin.cursor() as cursor:
             cursor.execute(f"DROP USER IF EXISTS {account}")
+
+
+@PHORGE_DB
+@pytest.mark.slow
+def test_print_grants_web_piped_into_mariadb_gives_the_web_process_select_only(scratch: tuple[Any, str]) -> None:
+    """install.md's recipe for the web process's own user: SELECT on the two herald tables, nothing else."""
+    admin, _name = scratch
+    account = f"'gwtest{PID}_web'@'%'"
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE USER {account} IDENTIFIED BY 'not-used-1234'")
+    try:
+        status, stderr, sql = _print_grants_into_mariadb("--user", f"gwtest{PID}_web", "--web", "--required-only")
+        assert (status, sql.returncode) == (0, 0), stderr + sql.stderr
+        with admin.cursor() as cursor:
+            cursor.execute(f"SHOW GRANTS FOR {account}")
+            grants = sorted(row[0].split(" TO ")[0] for row in cursor.fetchall())
+        herald = settings.DATABASES["phorge"]["NAME"]
+        assert grants == [
+            "GRANT SELECT ON `" + herald + "`.`herald_webhook`",
+            "GRANT SELECT ON `" + herald + "`.`herald_webhookrequest`",
+            "GRANT USAGE ON *.*",
+        ]
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP USER IF EXISTS {account}")

@@ -25,7 +25,7 @@
   answer is {"access_token", "token_type": "Bearer"} or HTTP 400 {"error", "error_description"} (Phorge's
   descriptions quote the code, so a client that shows them leaks it).
 * /api/user.whoami (GET or POST, access_token as a parameter): {"result": {...}, "error_code": null,
-  "error_info": null}, or ERR-INVALID-AUTH / ERR-USER-DISABLED with HTTP 200.
+  "error_info": null}, or ERR-INVALID-AUTH with HTTP 200 (an unknown token, a disabled user).
 
 The test changes users' roles (demote, disable) and can make the whole server answer 502 (an outage
 behind a proxy) or stop it (connection refused). Every code, token and secret it hands out is kept in
@@ -307,8 +307,9 @@ class PhorgeStandin:
             error = {"result": None, "error_code": "ERR-INVALID-AUTH", "error_info": "Access token does not exist."}
             return _json(200, error)
         user = self.users[phid]
-        if user.disabled:
-            return _json(200, {"result": None, "error_code": "ERR-USER-DISABLED", "error_info": "User is disabled."})
+        if user.disabled:  # PhabricatorConduitAPIController::validateAuthenticatedUser: canEstablishAPISessions()
+            info = "User account is not permitted to use the API."
+            return _json(200, {"result": None, "error_code": "ERR-INVALID-AUTH", "error_info": info})
         result = {
             "phid": user.phid,
             "userName": user.user_name,

@@ -2,8 +2,9 @@
 
 Answers by the last path segment, as the golden captures' receiver did: `ok` 200, `sNNN` that status,
 `timeout` holds the connection longer than any test timeout, `r307`/`r302` redirect to the same path
-ending in `redirected`, `slow` answers 200 after `slow_seconds`. It also tracks concurrent calls per hook
-path (the path without its last segment) and can run in its own process (`python -m tests.support.receiver`).
+ending in `redirected`, `slow` answers 200 after `slow_seconds`. A hook path (the path without its last
+segment) listed in `state.down` answers 503 whatever its segment says: an outage, ended by taking it out. It
+also tracks concurrent calls per hook path and can run in its own process (`python -m tests.support.receiver`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class ReceiverState:
     slow_seconds: float = 0.5
     hold_seconds: float = 30.0
     redirect_to: str = ""
+    down: set[str] = field(default_factory=set)  # hook paths in an outage: 503 for every call
     on_receive: Callable[[Received], None] | None = None
     requests: list[Received] = field(default_factory=list)
     in_flight: Counter[str] = field(default_factory=Counter)
@@ -103,6 +105,8 @@ class _Handler(socketserver.BaseRequestHandler):
 
         try:
             behaviour = received.path.rsplit("/", 1)[-1]
+            if hook in state.down:
+                behaviour = "s503"
             if behaviour == "timeout":
                 time.sleep(state.hold_seconds)
                 return False

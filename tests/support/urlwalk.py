@@ -32,6 +32,7 @@ PUBLIC = {
     "admin:logout",
     "phorge_auth:login",  # Sign in with Phorge: to Phorge's OAuth server (404 when not configured)
     "phorge_auth:callback",  # ... and back; refuses anything that is not the answer to its own request
+    "phorge_auth:ended",  # where a session ended by a re-check lands: why, in words of our own
 }
 
 
@@ -40,6 +41,7 @@ PHID_PAGES: dict[str, Any] = {
     "webhook_delivery:hook": HeraldWebhook,
     "webhook_delivery:request": HeraldWebhookRequest,
     "webhook_delivery:hook_requeue": HeraldWebhook,  # a GET is the requeue's dry run; its POST, the requeue
+    "webhook_delivery:hook_retry": HeraldWebhook,  # a GET is Retry now's dry run; its POST, the retry
 }
 MISSING_PHID = "PHID-XXXX-missingmissingmissing"
 

@@ -58,10 +58,10 @@ def _answers(base: str) -> bool:
 
 @contextmanager
 def web_process(
-    site: SiteDatabase, tmp: Path, phorge_url: str, *, cwd: Path = ROOT, **env_overrides: str
+    site: SiteDatabase, tmp: Path, phorge_url: str, *, cwd: Path = ROOT, workers: int = 1, **env_overrides: str
 ) -> Iterator[str]:
-    """gunicorn on a free local port, from the checkout `cwd`; yields its base URL, prints the tail of its
-    log when it stops."""
+    """gunicorn on a free local port (`workers` processes), from the checkout `cwd`; yields its base URL,
+    prints the tail of its log when it stops."""
     (tmp / "web_settings.py").write_text(
         f"from gorge_site.settings import *  # noqa: F403\nSTATIC_ROOT = {str(tmp / 'static')!r}\n"
     )
@@ -78,7 +78,10 @@ def web_process(
     log_path = tmp / "web.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "gorge_site.wsgi:application", "--bind", f"127.0.0.1:{port}"],
+            [
+                *(sys.executable, "-m", "gunicorn", "gorge_site.wsgi:application"),
+                *("--bind", f"127.0.0.1:{port}", "--workers", str(workers)),
+            ],
             cwd=cwd,
             env=env,
             stdout=log,

@@ -27,13 +27,16 @@ SECRET = re.compile(r"(SECRET_KEY|PASSWORD|_PASS|TOKEN)\s*=|mysql://[^@\s]*:[^@\
 
 
 def service_section(unit: Path) -> dict[str, str]:
+    """The [Service] keys, each with its last value (EnvironmentFile, which may repeat, with every one, joined by
+    a space)."""
     section, values = "", {}
     for line in unit.read_text().splitlines():
         if line.startswith("["):
             section = line.strip("[]")
         elif section == "Service" and "=" in line and not line.startswith("#"):
             key, value = line.split("=", 1)
-            values[key.strip()] = value.strip()
+            key, value = key.strip(), value.strip()
+            values[key] = f"{values[key]} {value}" if key == "EnvironmentFile" and key in values else value
     return values
 
 
@@ -44,7 +47,9 @@ def test_there_is_a_web_unit_and_a_worker_template() -> None:
 @pytest.mark.parametrize("unit", UNITS, ids=lambda unit: unit.name)
 def test_units_are_hardened_use_an_environment_file_and_hold_no_secret(unit: Path) -> None:
     service = service_section(unit)
-    assert service["User"] == "gorge" and service["EnvironmentFile"] == "/etc/gorge-webhook/env"
+    files = service["EnvironmentFile"].split()
+    assert service["User"] == "gorge" and files[0] == "/etc/gorge-webhook/env"
+    assert files[1:] == (["-/etc/gorge-webhook/web.env"] if "gunicorn" in service["ExecStart"] else [])
     assert {key: service.get(key) for key in HARDENING} == HARDENING
     assert "gunicorn" in service["ExecStart"] or "deliver_webhooks" in service["ExecStart"]
     body = "\n".join(line for line in unit.read_text().splitlines() if not line.startswith("#"))
@@ -92,3 +97,10 @@ def test_the_compose_example_parses_runs_read_only_and_takes_secrets_from_the_en
     grace = re.fullmatch(r"(\d+)s", services["worker"]["stop_grace_period"])
     delivery_timeout = load_config({}).delivery.delivery_timeout
     assert grace and int(grace[1]) > delivery_timeout, "SIGTERM lets the deliveries in flight finish and write"
+
+
+def test_the_web_unit_runs_as_many_gunicorn_workers_as_the_image() -> None:
+    ours = service_section(ROOT / "docs" / "systemd" / "gorge-webhook-web.service")["ExecStart"].split()
+    image = re.search(r"WEB_CONCURRENCY=(\d+)", (ROOT / "Dockerfile").read_text())
+    assert image is not None and "--workers" in ours
+    assert ours[ours.index("--workers") + 1] == image[1]

@@ -12,7 +12,7 @@ from tests.support.receiver import Receiver
 from tests.support.twin_worker import FOREVER, HOOK, NOW, OTHER, config, worker
 from tests.support.waiting import wait_for
 from webhook_delivery.worker.loop import Worker
-from webhook_delivery.worker.twins import MemoryHolds, MemoryStore, memory_parts
+from webhook_delivery.worker.twins import MemoryHolds, MemoryRetries, MemoryStore, memory_parts
 
 
 @pytest.fixture
@@ -35,6 +35,32 @@ def test_a_once_run_delivers_everything_due_and_leaves_what_is_held(receiver: Re
     assert {r.path for r in receiver.requests} == {"/ok/ok"}
     assert any("held hook" in line for line in w.summary())
     assert w.heartbeat.stopped == "clean"  # type: ignore[attr-defined]
+
+
+def test_a_retry_now_order_sends_the_requests_it_covers_at_once_and_no_other(receiver: Receiver) -> None:
+    """Requests waiting on their retry backoff (Phorge's 300 s): an order covering failures up to a moment
+    makes those due at once, through the claim's own due rule; the rows are not written for it."""
+    store = MemoryStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/back/ok"))
+    store.add_hook(OTHER, uri=receiver.url("/other/ok"))
+
+    def failed_at(hook: str, epoch: int) -> int:
+        return store.add_request(
+            hook, FOREVER, created=NOW - 500, last_result="fail", last_epoch=epoch, date_modified=epoch
+        )
+
+    covered = [failed_at(HOOK, NOW - 100 + n) for n in range(5)]
+    later = failed_at(HOOK, NOW - 10)
+    other = failed_at(OTHER, NOW - 100)
+    before = {row_id: store.rows[row_id] for row_id in (later, other)}
+    w = worker(store)
+    retries = MemoryRetries()
+    retries.orders[HOOK] = NOW - 50
+    w.parts.retries = w.retries = retries
+    assert w.run() == 0
+    assert [store.rows[row_id].status for row_id in covered] == ["sent"] * 5
+    assert {store.rows[row_id] for row_id in (later, other)} == set(before.values()), "untouched, waiting"
+    assert len(receiver.requests) == 5
 
 
 def test_the_loop_delivers_nothing_while_silent_mode_is_unknown(receiver: Receiver) -> None:

@@ -89,3 +89,23 @@ def test_a_gzip_bomb_is_checked_in_bounded_steps() -> None:
     check = GzipCheck()
     check.feed(bomb[: len(bomb) // 2])
     assert not check.decodes
+
+
+def test_a_budget_stops_the_inflating_and_says_what_the_part_inflated_showed() -> None:
+    bomb = gzip.compress(b"\0" * (8 * 1024 * 1024))
+    check = GzipCheck(max_output=1024 * 1024)
+    check.feed(bomb)
+    assert check.spent and check.decodes and 1024 * 1024 <= check.output < 2 * 1024 * 1024
+    check.feed(b"not gzip at all")  # past the budget nothing more is inflated, or judged
+    assert check.decodes and check.output < 2 * 1024 * 1024
+    broken = GzipCheck(max_output=1024 * 1024)
+    broken.feed(b"\x1f\x8b\x08\x00" + b"\xff" * 64)  # an error before the budget is spent stays one
+    assert not broken.spent and not broken.decodes
+
+    ticks = iter(range(1000))  # a CPU clock that advances one second a read: the second step spends it
+    timed = GzipCheck(max_cpu=1.5, cpu=lambda: float(next(ticks)))
+    timed.feed(bomb)
+    assert timed.spent and timed.decodes and timed.output <= 2 * 64 * 1024
+    unbudgeted = GzipCheck()
+    unbudgeted.feed(bomb)
+    assert unbudgeted.decodes and not unbudgeted.spent and unbudgeted.output == 8 * 1024 * 1024

@@ -82,6 +82,26 @@ def test_rows_waiting_out_their_backoff_are_not_held_and_due_rows_come_first() -
     assert drain(source, win) == waiting
 
 
+def test_retry_now_makes_failures_up_to_its_moment_due_at_once_and_no_later_one() -> None:
+    """Held rows in their backoff, and failed rows not yet read (more than a hook holds), come due at once; a
+    failure after the moment waits its backoff, as do other hooks'; the order lifted, the rule is Phorge's."""
+    source = MemorySource()
+    hook, other = "PHID-HWBH-retrynowretrynowretr", "PHID-HWBH-otherotherotherother"
+    at = source.now
+    covered = [source.add(hook, result="fail", epoch=at - 100 + n % 50, created=at - 200) for n in range(100)]
+    later = source.add(hook, result="fail", epoch=at - 10, created=at - 200)
+    elsewhere = source.add(other, result="fail", epoch=at - 100, created=at - 200)
+    win, _ = window(source)
+    win.poll()
+    assert win.candidates() == [] and win.held_count == 0, "all in their backoff"
+    win.retry_now({hook: source.now - 51})
+    assert sorted(drain(source, win)) == covered, "each once, without the clock moving"
+    assert source.rows[later].status == "queued" and source.rows[elsewhere].status == "queued"
+    win.retry_now({})
+    source.now += BACKOFF - 10
+    assert sorted(drain(source, win)) == [later, elsewhere]
+
+
 def test_an_old_queued_row_below_the_start_up_frontier_is_found() -> None:
     source = MemorySource()
     hook = "PHID-HWBH-oldoldoldoldoldoldold"

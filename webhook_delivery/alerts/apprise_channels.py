@@ -41,6 +41,7 @@ from typing import Any
 from ..config import IPNetwork
 from . import markup
 from .apprise_guard import Guard, GuardReport
+from .apprise_send import ASSET
 from .channels import ChannelError, chat_text
 from .config import AlertConfig
 
@@ -106,9 +107,8 @@ def _apprise() -> Any:
 @functools.lru_cache(maxsize=1)
 def _asset() -> Any:
     apprise = _apprise()
-    # Nothing kept on disk between sends (Apprise's persistent store caches lookups, tokens among them), no
-    # redirect followed (as in the send's process, apprise_send.py).
-    return apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY, http_redirects=False)
+    # As the send's process makes it (apprise_send.ASSET): the same URL read the same way.
+    return apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY, **ASSET)
 
 
 def _plugin(url: str) -> Any:

@@ -27,6 +27,11 @@ from typing import Any
 # urllib3's line for each answer (urllib3/connectionpool.py): scheme, host, port, method, URL, version,
 # status, length. Only the status is kept.
 ANSWER_LINE = '%s://%s:%s "%s %s %s" %s %s'
+# The asset of every send (the watcher's reads of a URL too): nothing kept on disk between sends (Apprise's
+# persistent store caches lookups, tokens among them, set by each caller), no redirect followed, and no image of
+# Apprise's: its default icon is a GitHub address that every chat client showing an alert would fetch
+# (Mattermost, Slack and others send it as the message's icon); an icon_url= of the URL still counts.
+ASSET: dict[str, Any] = {"http_redirects": False, "image_url_mask": "", "image_url_logo": ""}
 
 
 class Statuses(logging.Handler):
@@ -45,7 +50,7 @@ def plugin_for(job: dict[str, Any]) -> Any:
     parse_native_url for a service's own address, such as https://hooks.slack.com/...), from its class."""
     import apprise
 
-    asset = apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY, http_redirects=False)
+    asset = apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY, **ASSET)
     module, name = job["plugin"].split(":")
     cls = getattr(importlib.import_module(module), name)
     if "options" in job:

@@ -165,6 +165,15 @@ def is_due(row: RequestRow, now: int, lease: int, retry_backoff: int) -> bool:
     return row.status == RequestStatus.QUEUED and now >= next_due(row, lease, retry_backoff)
 
 
+def retry_wait(row: RequestRow, retry_backoff: int, failed_up_to: int) -> int:
+    """The retry backoff this row waits: none when an operator's Retry now covers its failed attempt (one made at
+    or before `failed_up_to`, Phorge's clock), else `retry_backoff`. What next_due, is_due and the claim's SQL
+    are given for it; the row itself is not changed (its failure still counts toward the breaker)."""
+    if row.last_result == RequestResult.FAIL and 0 < row.last_epoch <= failed_up_to:
+        return 0
+    return retry_backoff
+
+
 # -- the breaker: Phorge's isInErrorBackoff(), and Dialect.breaker_failure_sql ------------------------------------
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import re
 import zlib
+from collections.abc import Callable
+from time import thread_time
 from typing import NamedTuple
 
 MALFORMED = 1  # HTTPFutureParseResponseStatus::ERROR_MALFORMED_RESPONSE
@@ -100,31 +102,57 @@ def _content_encoding(fields: bytes | None) -> bytes | None:
 
 class GzipCheck:
     """Whether bytes fed in turn would pass PHP's gzdecode(): one whole gzip member first (what follows it
-    is ignored), decoded in small steps and dropped, so that memory stays bounded whatever it expands to."""
+    is ignored), decoded in small steps and dropped, so that memory stays bounded whatever it expands to.
+
+    With a budget (`max_output` bytes inflated, `max_cpu` seconds of `cpu()`, the calling thread's CPU time)
+    it stops inflating once either is spent: `spent` is then true and `decodes` says what the part inflated
+    showed (no error in it, and the member's end when it came within the budget)."""
 
     _STEP = 64 * 1024
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, max_output: int | None = None, max_cpu: float | None = None, cpu: Callable[[], float] = thread_time
+    ) -> None:
         self._decoder = zlib.decompressobj(wbits=31)
         self._failed = False
+        self._max_output = max_output
+        self._max_cpu = max_cpu
+        self._cpu = cpu
+        self._used_cpu = 0.0
+        self.output = 0
+        self.spent = False
 
     def feed(self, data: bytes) -> None:
-        if self._failed or self._decoder.eof:
+        if self._failed or self.spent or self._decoder.eof:
             return
+        started = self._cpu() if self._max_cpu is not None else 0.0
         try:
-            self._decoder.decompress(data, self._STEP)
-            while self._decoder.unconsumed_tail and not self._decoder.eof:
-                self._decoder.decompress(self._decoder.unconsumed_tail, self._STEP)
+            self._inflate(data)
+            while self._decoder.unconsumed_tail and not self._decoder.eof and not self._over(started):
+                self._inflate(self._decoder.unconsumed_tail)
         except zlib.error:
             self._failed = True
+        self._over(started)
+        if self._max_cpu is not None:
+            self._used_cpu += self._cpu() - started
+
+    def _inflate(self, data: bytes) -> None:
+        self.output += len(self._decoder.decompress(data, self._STEP))
+
+    def _over(self, started: float) -> bool:
+        if self._max_output is not None and self.output >= self._max_output:
+            self.spent = True
+        elif self._max_cpu is not None and self._used_cpu + self._cpu() - started >= self._max_cpu:
+            self.spent = True
+        return self.spent
 
     @property
     def decodes(self) -> bool:
-        return not self._failed and self._decoder.eof
+        return not self._failed and (self._decoder.eof or self.spent)
 
 
-def gzdecodes(data: bytes) -> bool:
-    check = GzipCheck()
+def gzdecodes(data: bytes, *, max_output: int | None = None, max_cpu: float | None = None) -> bool:
+    check = GzipCheck(max_output=max_output, max_cpu=max_cpu)
     check.feed(data)
     return check.decodes
 

@@ -14,6 +14,7 @@ class PhorgeOAuthConfig:
     url: str = ""  # Phorge's address; empty: Phorge's phabricator.base-uri, when known
     site_url: str = ""  # this dashboard's public address; empty: from the request
     recheck_sec: int = 300
+    action_recheck_sec: int = 30  # before an action, Phorge is asked again when its last answer is older
     only: bool = False  # no password logins, except break_glass_users
     break_glass_users: tuple[str, ...] = ()
     allow_http: bool = False  # GORGE_PHORGE_ALLOW_HTTP: plain http to Phorge on another host

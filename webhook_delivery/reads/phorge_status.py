@@ -50,14 +50,17 @@ def _php_guard(namespace: str) -> PhpWorkerGuard:
 
 
 def php_delivery_state() -> PhpDelivery:
-    """Whether Phorge's PHP HeraldWebhookWorker is delivering too, from `<ns>_worker`.
+    """Whether Phorge's PHP HeraldWebhookWorker is delivering too, from `<ns>_worker`; while Phorge's settings
+    say delivery is delegated, a task phd ran only handed its request over and is not counted (handed_over).
 
     Never raises: a missing grant or an unreachable database reads "unknown", never "idle".
     """
     try:
-        return _php_guard(settings.GORGE_WEBHOOK.namespace).current()
+        found = _php_guard(settings.GORGE_WEBHOOK.namespace).current()
     except DatabaseError:
         return PhpDelivery.unknown("Phorge's worker database is unreachable")
+    resolved = phorge_settings()
+    return found.handed_over() if resolved is not None and resolved.delegation.state == "delegated" else found
 
 
 def partition_warning() -> str | None:

@@ -106,6 +106,7 @@ class WorkerStatus:
     counts: Mapping[str, int]
     php_task_while_delegated: TaskWhileDelegated | None = None  # Phorge's side of the handover not in force
     version: str | None = None  # None: a worker of a release before 0.2.0, which did not say
+    delivery_paused: str | None = None  # why this process delivers nothing (Phorge's silent mode unknown to it)
 
     @property
     def last_heard(self) -> int:
@@ -173,6 +174,7 @@ def workers(now: datetime | None = None) -> list[WorkerStatus]:
                 counts=counts,
                 php_task_while_delegated=TaskWhileDelegated.from_json(state.get("php_task_while_delegated")),
                 version=beat.version or None,
+                delivery_paused=paused if isinstance(paused := state.get("delivery_paused"), str) else None,
             )
         )
     return result

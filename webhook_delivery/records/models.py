@@ -109,7 +109,8 @@ class HookHold(models.Model):
 
 
 class OperatorAction(models.Model):
-    """What an operator asked for: hold or release a hook, requeue failed requests (of a hook, or one).
+    """What an operator asked for: hold or release a hook, requeue failed requests (of a hook, or one), make a
+    hook's requests waiting on their retry backoff due at once (retry now).
 
     The dashboard only writes these (never Phorge's tables): a worker, which holds the grant, takes a pending
     one, carries it out and records what came of it. The commands (`hold_webhooks`, `requeue_webhooks`) do it
@@ -117,9 +118,9 @@ class OperatorAction(models.Model):
     before they are stored (records/holds.py) and escaped where shown.
     """
 
-    HOLD, RELEASE, REQUEUE = "hold", "release", "requeue"
+    HOLD, RELEASE, REQUEUE, RETRY = "hold", "release", "requeue", "retry"
     PENDING, TAKEN, DONE, NOT_DONE, EXPIRED = "pending", "taken", "done", "not-done", "expired"
-    KINDS = [(HOLD, "hold"), (RELEASE, "release"), (REQUEUE, "requeue")]
+    KINDS = [(HOLD, "hold"), (RELEASE, "release"), (REQUEUE, "requeue"), (RETRY, "retry now")]
     STATES = [(PENDING, "pending"), (TAKEN, "taken"), (DONE, "done"), (NOT_DONE, "not done"), (EXPIRED, "expired")]
 
     kind = models.CharField(max_length=16, choices=KINDS)
@@ -158,6 +159,8 @@ class OperatorAction(models.Model):
     def what(self) -> str:
         """The action in words, with a requeue's choices: `requeue 3 requests shown, http/503, failed since
         2026-12-03 09:00:00 UTC`."""
+        if self.kind == self.RETRY:
+            return "retry now"
         if self.kind != self.REQUEUE:
             return self.kind
         if self.request_phid:
@@ -170,3 +173,30 @@ class OperatorAction(models.Model):
             if isinstance(choices.get(key), int) and choices[key]:
                 parts.append(f"{word} {datetime.fromtimestamp(choices[key], UTC):%Y-%m-%d %H:%M:%S} UTC")
         return ", ".join(parts)
+
+
+class ActionQuota(models.Model):
+    """One row per user who asked for an action from the pages: the lock that makes counting the user's recent
+    actions and writing the new one a single step (records/actions.ask), whatever the number of web workers."""
+
+    requested_by = models.CharField(max_length=150, unique=True)
+    touched_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.requested_by
+
+
+class RetryOrder(models.Model):
+    """Retry now: a hook's queued requests whose last attempt failed at or before `failed_up_to` (Phorge's
+    clock) are due at once, whatever their retry backoff says; workers read these at each heartbeat. Phorge's
+    rows are not changed. From `lapses_at` (that moment plus the retry backoff) Phorge's own rule makes them
+    due, and the order means nothing more. One row per hook, raised by each new order."""
+
+    hook_phid = models.CharField(max_length=64, unique=True, verbose_name="hook PHID")
+    failed_up_to = models.BigIntegerField()
+    lapses_at = models.BigIntegerField(db_index=True)
+    asked_by = models.CharField(max_length=150)
+    asked_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.hook_phid} up to {self.failed_up_to}"

@@ -17,6 +17,7 @@ from .models import RequeueNotice
 
 logger = logging.getLogger(__name__)
 KEPT_FOR = timedelta(days=1)
+CLOCK_SLACK = timedelta(minutes=1)  # notices carry the writer's clock; rewinding a hook once too often costs nothing
 
 
 def announce(lowest_ids: Mapping[str, int]) -> bool:
@@ -33,18 +34,24 @@ def announce(lowest_ids: Mapping[str, int]) -> bool:
 
 
 class RequeueNotices:
-    """The notices left since this process started reading them."""
+    """The notices left since this process started (made before the worker starts): what came before is
+    covered by its start-up sweep; one left as it starts (a pending requeue carried out in its first second)
+    is taken at its first read, whenever that read comes."""
 
-    def __init__(self) -> None:
+    def __init__(self, since: datetime | None = None) -> None:
+        self._since = since or datetime.now(UTC)
         self._seen: int | None = None
 
     def take(self) -> dict[str, int]:
         """{hook PHID: lowest requeued id} of the notices not taken yet ({} when Django's database fails)."""
         try:
-            if self._seen is None:  # what came before this process is covered by its start-up sweep
-                self._seen = RequeueNotice.objects.aggregate(top=Max("id"))["top"] or 0
-                return {}
-            fresh = list(RequeueNotice.objects.filter(id__gt=self._seen).values_list("id", "hook_phid", "lowest_id"))
+            if self._seen is None:
+                top = RequeueNotice.objects.aggregate(top=Max("id"))["top"] or 0
+                found = RequeueNotice.objects.filter(id__lte=top, created_at__gte=self._since - CLOCK_SLACK)
+                self._seen = top
+            else:
+                found = RequeueNotice.objects.filter(id__gt=self._seen)
+            fresh = list(found.values_list("id", "hook_phid", "lowest_id"))
         except DatabaseError:
             return {}
         lowest: dict[str, int] = {}

@@ -1,13 +1,16 @@
 """Acting from the pages: hold and release a hook, requeue its failed requests (after a dry run) or one failed
-request. Each action is a plain HTML form (POST, Django's CSRF token) that writes one pending action in
-Django's own database (records/actions.py) and nothing else: the web process writes none of Phorge's rows,
-and needs no grant on them beyond the SELECTs of its pages. A worker carries the action out within a second
-or so and records what came of it; the hook's page shows it pending, then done.
+request; retry now is in retry_now.py. Each action is a plain HTML form (POST, Django's CSRF token) that
+writes one pending action in Django's own database (records/actions.py) and nothing else: the web process
+writes none of Phorge's rows, and needs no grant on them beyond the SELECTs of its pages. A worker carries
+the action out within a second or so and records what came of it; the hook's page shows it pending, then
+done.
 
-Only staff with `operate webhooks` (access.may_operate) may act; anyone else gets 403 and nothing is written.
-Every form carries a key of its own, so a double submit is one action; requeues are capped per action
-(requeue_rules.CAP_PER_ACTION, as the command asks first above it) and limited per user
-(records.actions.REQUEUES_PER_USER within REQUEUE_WINDOW).
+Only staff with `operate webhooks` (access.may_operate) may act; anyone else gets a worded 403 and nothing is
+written. A session Phorge signed in is confirmed with Phorge first when its last answer is older than
+GORGE_PHORGE_OAUTH_ACTION_RECHECK_SEC (phorge_auth/middleware.confirm_for_action). Every form carries a key
+of its own, so a double submit is one action; the same action already waiting for a worker is refused (409);
+requeues are capped per action (requeue_rules.CAP_PER_ACTION, as the command asks first above it); and each
+kind is limited per user (records.actions.PER_USER within WINDOW), counted in one step with the write.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -32,12 +34,13 @@ from gorge_site.client_ip import client_ip
 
 from ..phorge.config import REQUEST_RETENTION_SEC
 from ..phorge.herald import RequestStatus
+from ..phorge_auth.middleware import confirm_for_action
 from ..reads import herald as selectors
 from ..reads import phorge_status
 from ..reads.requeue_preview import RequeuePreview, requeue_preview
 from ..records import actions, holds
 from ..requeue_rules import CAP_PER_ACTION, LATEST, ErrorFilter, RequeueError, parse_when
-from .access import may_operate, view_required
+from .access import OPERATE_WORDS, forbidden, may_operate, view_required
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +59,8 @@ class Refused(Exception):
 
 
 def operate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Anonymous: to the login page, nothing done; signed in without `operate webhooks`: 403, nothing done."""
+    """Anonymous: to the login page, nothing done; signed in without `operate webhooks`: the worded 403,
+    nothing done; a Phorge session Phorge no longer confirms: ended, nothing done, the page says why."""
 
     @functools.wraps(view)
     def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -64,18 +68,39 @@ def operate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
         if not user.is_authenticated:
             return redirect_to_login(request.get_full_path(), reverse("admin:login"))
         if not may_operate(user):
-            logger.warning(
-                "action refused: the user may not operate webhooks",
-                extra={"event": "action.forbidden", "user": user.get_username(), "client": client_ip(request)},
+            return forbidden(
+                request,
+                missing=OPERATE_WORDS,
+                doing="hold, release, requeue or retry from these pages",
+                nothing_done=True,
+                event="action.forbidden",
             )
-            raise PermissionDenied
+        name = user.get_username()
+        try:
+            confirmed, ended = confirm_for_action(request)
+        except DatabaseError:
+            confirmed, ended = False, None
+        if ended is not None:
+            logger.warning(
+                "action refused: Phorge no longer confirms the user",
+                extra={"event": "action.refused_by_phorge", "user": name, "client": client_ip(request)},
+            )
+            return HttpResponseRedirect(reverse("phorge_auth:ended"), status=303)
+        if not confirmed:
+            logger.warning(
+                "action refused: Phorge could not confirm the user",
+                extra={"event": "action.unconfirmed", "user": name, "client": client_ip(request)},
+            )
+            return _refused(
+                request,
+                "Phorge could not be asked whether you are still a Phorge administrator (it gave no answer): "
+                "nothing was done. Try again in a moment.",
+                503,
+            )
         try:
             return view(request, *args, **kwargs)
         except Refused as refused:
-            logger.info(
-                "action refused",
-                extra={"event": "action.refused", "user": user.get_username(), "reason": str(refused)},
-            )
+            logger.info("action refused", extra={"event": "action.refused", "user": name, "reason": str(refused)})
             return _refused(request, str(refused), refused.status)
         except DatabaseError as exc:
             logger.warning(
@@ -89,7 +114,7 @@ def operate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
 
 def _refused(request: HttpRequest, message: str, status: int) -> HttpResponse:
     back = "/".join(request.path.split("/")[:3]) + "/"  # /hooks/<phid>/ or /requests/<phid>/
-    context = {**_page(request), "message": message, "back": back}
+    context = {**page_context(request), "message": message, "back": back}
     return render(request, "webhook_delivery/action_refused.html", context, status=status)
 
 
@@ -100,25 +125,36 @@ def _form_key(request: HttpRequest) -> str:
     return key
 
 
-def _ask(request: HttpRequest, kind: str, hook_phid: str, *, to: str, **fields: Any) -> HttpResponse:
+ALREADY = {
+    actions.HOLD: "A hold of this hook is waiting for a worker already",
+    actions.RELEASE: "A release of this hook is waiting for a worker already",
+    actions.REQUEUE: "A requeue of {what} is waiting for a worker already",
+    actions.RETRY: "A retry now of this hook is waiting for a worker already",
+}
+
+
+def ask(request: HttpRequest, kind: str, hook_phid: str, *, to: str, **fields: Any) -> HttpResponse:
     """Write the pending action (once per form) and go back to the page that shows it."""
     key = _form_key(request)
     user = request.user.get_username()
-    already = actions.asked_already(key)
-    if kind == actions.REQUEUE and not already and actions.requeues_asked(user) >= actions.REQUEUES_PER_USER:
-        at = actions.next_requeue_at(user)
-        raise Refused(
-            f"At most {actions.REQUEUES_PER_USER} requeues per user within "
-            f"{int(actions.REQUEUE_WINDOW.total_seconds() // 60)} minutes: nothing was done. "
-            f"Ask again after {at:%H:%M:%S} UTC.",
-            status=429,
-        )
     try:
         action, created = actions.ask(
             kind, form_key=key, requested_by=user, requested_from=client_ip(request), hook_phid=hook_phid, **fields
         )
     except actions.DuplicateForm:
         raise Refused(STALE_FORM) from None
+    except actions.AlreadyPending as pending:
+        what = "this request" if fields.get("request_phid") else "this hook's failed requests"
+        raise Refused(
+            f"{ALREADY[kind].format(what=what)} (asked by {pending.action.requested_by} at "
+            f"{pending.action.requested_at:%H:%M:%S} UTC): nothing more was written.",
+            status=409,
+        ) from None
+    except actions.Limited as limited:
+        raise Refused(
+            f"{str(limited).capitalize()}: nothing was done. Ask again after {limited.again_at:%H:%M:%S} UTC.",
+            status=429,
+        ) from None
     if created:
         logger.info(
             f"operator asked for a {kind}",
@@ -135,7 +171,7 @@ def _ask(request: HttpRequest, kind: str, hook_phid: str, *, to: str, **fields: 
     return HttpResponseRedirect(f"{to}#actions", status=303)
 
 
-def _hook(phid: str) -> selectors.HookRow:
+def hook_row(phid: str) -> selectors.HookRow:
     _now, found = selectors.hooks(only=[phid])
     if not found:
         raise Http404("no such hook")
@@ -148,14 +184,22 @@ def hold(request: HttpRequest, phid: str) -> HttpResponse:
         reason = holds.check_reason(request.POST.get("reason", ""))
     except holds.HoldError as exc:
         raise Refused(f"Not held: {exc}.") from None
-    _hook(phid)
-    return _ask(request, actions.HOLD, phid, reason=reason, to=reverse("webhook_delivery:hook", args=[phid]))
+    hook_row(phid)
+    return ask(request, actions.HOLD, phid, reason=reason, to=reverse("webhook_delivery:hook", args=[phid]))
 
 
 @operate_required
 def release(request: HttpRequest, phid: str) -> HttpResponse:
     # A hook gone from Phorge may still be held: its hold can be released all the same.
-    return _ask(request, actions.RELEASE, phid, to=reverse("webhook_delivery:hook", args=[phid]))
+    if holds.hold_of(phid) is None:
+        _now, found = selectors.hooks(only=[phid])
+        raise Refused(
+            "This hook is not held: there is nothing to release."
+            if found
+            else "There is no such hook in Phorge, and no hold on it: there is nothing to release.",
+            status=409 if found else 404,
+        )
+    return ask(request, actions.RELEASE, phid, to=reverse("webhook_delivery:hook", args=[phid]))
 
 
 def _moment(value: str, what: str) -> int | None:
@@ -189,8 +233,8 @@ def requeue(request: HttpRequest, phid: str) -> HttpResponse:
         "errors": [str(error) for error in errors],
         "ids": sorted({int(row_id) for row_id in ids.split(",")}),
     }
-    _hook(phid)
-    return _ask(request, actions.REQUEUE, phid, choices=choices, to=reverse("webhook_delivery:hook", args=[phid]))
+    hook_row(phid)
+    return ask(request, actions.REQUEUE, phid, choices=choices, to=reverse("webhook_delivery:hook", args=[phid]))
 
 
 @operate_required
@@ -200,7 +244,7 @@ def requeue_request(request: HttpRequest, phid: str) -> HttpResponse:
         raise Http404("no such request")
     if detail.row.status != RequestStatus.FAILED:
         raise Refused(f"This request is {detail.row.status}, not failed: nothing to requeue.", status=409)
-    return _ask(
+    return ask(
         request,
         actions.REQUEUE,
         detail.row.webhook_phid,
@@ -235,7 +279,7 @@ def requeue_dry_run(request: HttpRequest, phid: str) -> HttpResponse:
             raise RequeueError("since is after until: nothing can match")
     except RequeueError as exc:
         context["problem"] = str(exc).removeprefix("--error ")
-        return render(request, "webhook_delivery/requeue.html", {**_page(request), **context}, status=400)
+        return render(request, "webhook_delivery/requeue.html", {**page_context(request), **context}, status=400)
     resolved = phorge_status.phorge_settings()
     retention = REQUEST_RETENTION_SEC if resolved is None else resolved.retention.value
     preview: RequeuePreview = requeue_preview(
@@ -249,10 +293,10 @@ def requeue_dry_run(request: HttpRequest, phid: str) -> HttpResponse:
         until_epoch="" if until is None else until,
         errors=[str(error) for error in errors],
     )
-    return render(request, "webhook_delivery/requeue.html", {**_page(request), **context})
+    return render(request, "webhook_delivery/requeue.html", {**page_context(request), **context})
 
 
-def _page(request: HttpRequest) -> dict[str, Any]:
+def page_context(request: HttpRequest) -> dict[str, Any]:
     return {
         **admin.site.each_context(request),
         "is_nav_sidebar_enabled": False,

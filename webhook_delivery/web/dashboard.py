@@ -50,6 +50,27 @@ class Dashboard:
         return max(self.workers, key=lambda worker: worker.last_seen, default=None)
 
     @property
+    def paused(self) -> str | None:
+        """Why nothing is delivered, as the running workers read Phorge's settings (their heartbeat says): they
+        are what delivers, and may be given Phorge's local file when this process is not. This process's own
+        reading only while no worker runs."""
+        alive = [worker for worker in self.workers if worker.alive]
+        if not alive:
+            return None if self.settings is None else self.settings.paused_reason()
+        paused = [worker for worker in alive if worker.delivery_paused]
+        if not paused:
+            return None
+        said = f"{paused[0].delivery_paused} (the worker {paused[0].worker_id} says so)"
+        return said if len(paused) == len(alive) else f"{len(paused)} of {len(alive)} workers deliver nothing: {said}"
+
+    @property
+    def paused_here_only(self) -> str | None:
+        """This process's own reading says nothing is delivered while the running workers deliver: why it
+        cannot tell (the workers' reading is the truth)."""
+        mine = None if self.settings is None else self.settings.paused_reason()
+        return mine if mine and self.alive_workers and self.paused is None else None
+
+    @property
     def delegation(self) -> Delegation | None:
         """Whether Phorge hands delivery to this service; None: its settings cannot be read now."""
         return None if self.settings is None else self.settings.delegation

@@ -28,8 +28,9 @@ from ..reads.health import HookHealth
 from ..records import actions, holds
 from ..records.heartbeat import WORKER_ALIVE_SEC
 from ..version import VERSION
-from . import history, links
+from . import history, links, retry_now
 from .access import may_operate, view_required
+from .action_list import shown_actions
 from .dashboard import dashboard as read_dashboard
 from .metrics import REGISTRY
 
@@ -92,17 +93,7 @@ def _held(found: Iterable[holds.Hold], hooks: Iterable[HookHealth]) -> list[Held
 
 
 def _actions(*, hook_phid: str | None = None, request_phid: str | None = None) -> dict[str, Any]:
-    """The operators' actions (of every hook, of one, about one request), and whether one is still to be
-    carried out (the page then reloads itself until it is). Left out when Django's database cannot be read."""
-    try:
-        found = actions.recent(hook_phid=hook_phid, request_phid=request_phid)
-    except DatabaseError as exc:
-        logger.warning(
-            "Django's database unavailable for operators' actions",
-            extra={"event": "page.site_unavailable", "error": type(exc).__name__},
-        )
-        return {}
-    return {"actions": found, "actions_pending": any(a.state in (actions.PENDING, actions.TAKEN) for a in found)}
+    return shown_actions(hook_phid=hook_phid, request_phid=request_phid)
 
 
 def _forms(request: HttpRequest) -> dict[str, Any]:
@@ -162,6 +153,7 @@ def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
         **_operator_state(phid, hooks=health.hooks),
         **_actions(hook_phid=phid),
         **_forms(request),
+        **retry_now.hook_part(request, phid),
     }
     return render(request, "webhook_delivery/hook.html", context)
 

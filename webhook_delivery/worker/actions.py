@@ -6,7 +6,8 @@ indexed read of Django's database when nothing is pending. A hold and a release 
 Django's database (records/holds.py), which this worker then reads at once and the others at their next
 heartbeat; a requeue is requeue.Requeue with the dashboard's choices, limited to the requests its dry run
 showed (never more than requeue_rules.CAP_PER_ACTION), and the running workers are told as the command
-tells them (records/notices.py).
+tells them (records/notices.py); a retry now is an order in Django's database (records/retries.py) that
+every worker reads at its heartbeat: no row of Phorge's is written for it.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connections
 
-from ..phorge.herald import utc
+from ..config import DeliveryConfig
+from ..phorge.herald import Hook, HookStatus, utc
 from ..records import actions, holds
 from ..records.models import OperatorAction
 from ..records.notices import announce
 from ..requeue_rules import CAP_PER_ACTION, ErrorFilter, RequeueError
 from ..terminal import printable
 from .requeue import Requeue
+from .retry_now import RetryNow, said
 from .store import Store
 
 logger = logging.getLogger(__name__)
@@ -30,6 +33,24 @@ logger = logging.getLogger(__name__)
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _requeued(done: int, shown: int, *, one: bool) -> str:
+    """What a requeue did, in words: `requeued the request`, `requeued 3 of the 5 requests shown; 2 ...`."""
+    if one:
+        if done:
+            return "requeued the request"
+        return (
+            "nothing was requeued: the request is no longer failed as shown (changed since, or requeued already), "
+            "or Phorge would not deliver it"
+        )
+    if done == shown:
+        return "requeued the request shown" if shown == 1 else f"requeued the {shown} requests shown"
+    head = f"requeued {done} of the {_plural(shown, 'request')} shown" if done else "nothing was requeued"
+    return (
+        f"{head}; {_plural(shown - done, 'request')} no longer failed as shown (changed since, or requeued "
+        "already) or left failed as Phorge would not deliver"
+    )
 
 
 def _choices(stored: object) -> tuple[int | None, int | None, list[ErrorFilter], set[int]]:
@@ -45,10 +66,18 @@ def _choices(stored: object) -> tuple[int | None, int | None, list[ErrorFilter],
 
 
 class OperatorActions:
-    def __init__(self, worker_id: str, store: Store, requeue: Callable[[], Requeue]) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        store: Store,
+        requeue: Callable[[], Requeue],
+        *,
+        config: DeliveryConfig | None = None,
+    ) -> None:
         self.worker_id = worker_id
         self.store = store
         self.requeue = requeue  # made for each action: Phorge's retention setting may have changed
+        self.config = config or DeliveryConfig()
         self._failing = False
 
     def carry_out(self) -> bool:
@@ -105,6 +134,8 @@ class OperatorActions:
             return self._requeue(action)
         hook = self.store.hooks().get(action.hook_phid)
         name = "" if hook is None else f" ({printable(hook.name)})"
+        if action.kind == actions.RETRY:
+            return self._retry(action, hook, name)
         if action.kind == actions.HOLD:
             if hook is None:
                 return actions.NOT_DONE, "no such hook in Phorge: nothing was held", None
@@ -127,16 +158,31 @@ class OperatorActions:
         done = requeue.apply(plan).requeued if plan.selected else []
         if done:
             announce({action.hook_phid: min(candidate.row.id for candidate in done)})
-        what = "the request" if action.request_phid else f"the {_plural(len(shown), 'request')} shown"
-        outcome = f"requeued {len(done)} of {what}" if done else f"nothing was requeued of {what}"
-        if left := len(shown) - len(done):
-            outcome += (
-                f"; {left} no longer failed as shown (changed since, or requeued already) or left failed as "
-                "Phorge would not deliver"
-            )
+        outcome = _requeued(len(done), len(shown), one=bool(action.request_phid))
+        if len(shown) > len(done):
             refused = "; ".join(f"{count} {reason}" for reason, count in sorted(plan.refused.items()))
             outcome += f" ({refused})" if refused else ""
         return actions.DONE, outcome, len(done)
+
+    def _retry(self, action: OperatorAction, hook: Hook | None, name: str) -> tuple[str, str, int | None]:
+        """Make the hook's requests whose last attempt failed at or before the dry run due at once: an order
+        every worker reads (records/retries.py), Phorge's rows untouched; the breaker is not cleared."""
+        if hook is None or hook.status == HookStatus.DISABLED:
+            return actions.NOT_DONE, f"the hook{name} is disabled or gone from Phorge: nothing was retried", None
+        choices = action.choices if isinstance(action.choices, dict) else {}
+        shown = choices.get("failed_up_to")
+        if type(shown) is not int:
+            raise RequeueError("its choices cannot be read")
+        retry_now = RetryNow(self.store, self.config)
+        waiting = retry_now.waiting(hook, now=self.store.db_now(), up_to=shown)
+        if not waiting.rows:
+            return (
+                actions.DONE,
+                f"nothing waits on its retry backoff any more of what failed up to {utc(waiting.now)}",
+                0,
+            )
+        retry_now.order(waiting, asked_by=action.requested_by)
+        return actions.DONE, said(waiting, self.config, name=name), len(waiting.rows)
 
     @staticmethod
     def _describe(hold: holds.Hold) -> str:

@@ -28,7 +28,7 @@ from django.db import DatabaseError
 
 from ..config import DeliveryConfig
 from ..phorge.databases import MasterUnavailable
-from ..phorge.herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due
+from ..phorge.herald import Hook, RequestResult, RequestRow, RequestStatus, backoff_until, is_due, retry_wait
 from ..phorge.locks import webhook_lock_name
 from ..phorge.outcomes import Outcome, readable_properties, with_error
 from ..phorge.phpjson import encode_compact
@@ -96,10 +96,12 @@ class JobRunner:
         php: PhpWatch | None = None,
         attempts: AttemptLog | None = None,
         held: Callable[[], frozenset[str]] = frozenset,
+        retrying: Callable[[str], int] = lambda hook_phid: 0,
         writers: int = 16,
     ) -> None:
         self.config = config
         self.held = held  # the hooks an operator holds now (read at each heartbeat)
+        self.retrying = retrying  # a hook's Retry now: its failures up to this moment wait no backoff
         self.store = store
         self.locks = locks
         self.dispatcher = dispatcher
@@ -197,7 +199,7 @@ class JobRunner:
             current = by_id.get(row.id)
             if current is None or current.status != RequestStatus.QUEUED:
                 settlement.done.append(row.id)
-            elif now is not None and is_due(current, now, self.config.claim_lease_sec, self.config.retry_backoff_sec):
+            elif now is not None and is_due(current, now, self.config.claim_lease_sec, self.retry_wait(current)):
                 due.append(current)
             else:
                 settlement.fresh.append(dataclasses.replace(current, properties=None))  # the window keeps no text
@@ -300,12 +302,14 @@ class JobRunner:
         )
         if self._running <= AHEAD_JOBS:
             return Overlapped(steps, executor=self._writer, store_claim=self._store_claim)
-        return Inline(steps, config=self.config)
+        return Inline(steps, config=self.config, retry_wait=self.retry_wait)
+
+    def retry_wait(self, row: RequestRow) -> int:
+        """The backoff the row waits: none when an operator's Retry now covers its failed attempt."""
+        return retry_wait(row, self.config.retry_backoff_sec, self.retrying(row.webhook_phid))
 
     def _store_claim(self, row: RequestRow, lock: tuple[str, int] | None) -> int | None:
-        return self.store.claim(
-            row, lease=self.config.claim_lease_sec, retry_backoff=self.config.retry_backoff_sec, lock=lock
-        )
+        return self.store.claim(row, lease=self.config.claim_lease_sec, retry_backoff=self.retry_wait(row), lock=lock)
 
     def _claim_now(self, job: Job, row: RequestRow, result: JobResult, name: str, token: int) -> Claimed | Lost:
         """The row's claim on the job's thread, the hook's lock checked with it. Queued rows always have

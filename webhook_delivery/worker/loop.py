@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from types import FrameType
 
@@ -71,6 +71,8 @@ class Worker:
         self.notices = parts.notices
         self.attempts = parts.attempts
         self.holds = parts.holds  # hooks held by an operator (manage.py hold_webhooks): nothing of theirs is claimed
+        self.retries = parts.retries  # Retry now orders: failures they cover wait no backoff
+        self.retrying: Mapping[str, int] = {}
         self.max_concurrent = max_concurrent or config.max_concurrent
         self.poll_interval = (poll_interval_ms or config.poll_interval_ms) / 1000.0
         self.once = once
@@ -91,6 +93,7 @@ class Worker:
             php=self.php,
             attempts=self.attempts,
             held=lambda: self.scheduler.held,
+            retrying=lambda hook_phid: self.retrying.get(hook_phid, 0),
             writers=self.max_concurrent,
         )
         self.hooks: dict[str, Hook] = {}
@@ -136,6 +139,7 @@ class Worker:
         if self.site is None:
             return
         self.scheduler.hold(self.site.held())
+        self._retry_now(self.site.retrying())
         if force or time.monotonic() - self._last_heartbeat >= HEARTBEAT_SEC:
             self._last_heartbeat = time.monotonic()
             state = self.snapshot()
@@ -147,6 +151,18 @@ class Worker:
                     extra={"event": "requeue.notice_taken", "hook": hook_phid, "from_id": lowest_id},
                 )
                 self.window.rewind(hook_phid, lowest_id)
+
+    def _retry_now(self, orders: Mapping[str, int]) -> None:
+        if orders is self.retrying:
+            return
+        for hook_phid, failed_up_to in orders.items():
+            if failed_up_to > self.retrying.get(hook_phid, 0):
+                logger.info(
+                    "Retry now: the hook's failed requests up to a moment wait no backoff",
+                    extra={"event": "retry.order_seen", "hook": hook_phid, "failed_up_to": failed_up_to},
+                )
+        self.retrying = orders
+        self.window.retry_now(orders)
 
     def _report_activity(self, counts: dict[str, int]) -> None:
         """One INFO line per period: deliveries, and claims lost to other processes (normal when several
@@ -227,6 +243,7 @@ class Worker:
         self._warn_if_locks_elsewhere()
         held = self.holds.refresh()  # before the first claim, so a --once run honours the holds too
         self.scheduler.hold(held)
+        self._retry_now(self.retries.refresh() if self.retries is not None else {})
         self.site = site = SiteRecords(
             self.heartbeat,
             self.holds,
@@ -235,6 +252,8 @@ class Worker:
             period=HEARTBEAT_SEC,
             behind=lambda: self.counters.record("degraded.heartbeat_behind"),
             actions=self.parts.actions,
+            retries=self.retries,
+            retrying=self.retrying,
         )
         limit_malloc_arenas()
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")

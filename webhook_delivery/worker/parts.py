@@ -24,6 +24,7 @@ from ..phorge.php_guard import PhpWorkerGuard
 from ..records.heartbeat import Heartbeat
 from ..records.holds import HeldHooks
 from ..records.notices import RequeueNotices
+from ..records.retries import RetryOrders
 from ..state import WorkerState
 from .actions import OperatorActions
 from .attempts import AttemptLog
@@ -107,6 +108,12 @@ class Notices(Protocol):
     def take(self) -> Mapping[str, int]: ...
 
 
+class Retries(Protocol):
+    """The operators' Retry now orders in force (records/retries.RetryOrders): {hook PHID: failed up to}."""
+
+    def refresh(self) -> Mapping[str, int]: ...
+
+
 class Actions(Protocol):
     """The operators' pending actions (actions.OperatorActions): carried out, and whether any was."""
 
@@ -131,6 +138,7 @@ class Parts:
     connections: int  # to Phorge's database, however many deliveries are in flight
     closing: ExitStack = field(default_factory=ExitStack)
     actions: Actions | None = None  # the dashboard's holds, releases and requeues; None: not carried out here
+    retries: Retries | None = None  # Retry now orders; None: none are read (each backoff is waited out)
 
 
 def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher: Dispatcher | None = None) -> Parts:
@@ -178,6 +186,10 @@ def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher
         connections=config.db_pool_size + 2,
         closing=closing,
         actions=OperatorActions(
-            heartbeat.worker_id, pooled, lambda: Requeue(pooled, settings.current().retention.value, objects)
+            heartbeat.worker_id,
+            pooled,
+            lambda: Requeue(pooled, settings.current().retention.value, objects),
+            config=config,
         ),
+        retries=RetryOrders(),
     )

@@ -125,6 +125,10 @@ class PhpWatch:
             state = PhpDelivery.unknown("database error while reading Phorge's worker tables")
         if now is not None:
             self._follow_delegation(now)
+        delegated = self._delegated_since is not None and self._task_while_delegated is None
+        ran = state
+        if delegated:  # the tasks phd ran only handed their requests over: no PHP delivery
+            state = state.handed_over()
         self._latest = state
         metrics.PHP_WORKER_ACTIVE.set(_GAUGE_VALUE[state.state])
         if state.state != self._reported:
@@ -134,12 +138,11 @@ class PhpWatch:
                 "leased_tasks": state.leased_tasks,
                 "recently_archived": state.recently_archived,
             }
-            delegated = self._delegated_since is not None and self._task_while_delegated is None
-            if state.state == "active" and delegated and not state.active_tasks:
+            if state is not ran:
                 logger.info(
-                    "Phorge's phd ran a HeraldWebhookWorker task in the last minute although its settings say "
-                    "delivery is delegated: with Phorge's side of the handover in force, such a task only leaves "
-                    "its request to this service",
+                    "Phorge's phd ran HeraldWebhookWorker tasks lately although its settings say delivery is "
+                    "delegated: with Phorge's side of the handover in force, each only left its request to this "
+                    "service, which is no PHP delivery",
                     extra={"event": "php.ran_while_delegated", **extra},
                 )
             elif state.state == "active" and delegated:

@@ -243,9 +243,10 @@ class Inline:
     """Many jobs running: everything on the job's thread, the next row's claim in the round trip of the
     result's write."""
 
-    def __init__(self, steps: JobSteps, *, config: DeliveryConfig) -> None:
+    def __init__(self, steps: JobSteps, *, config: DeliveryConfig, retry_wait: Callable[[RequestRow], int]) -> None:
         self._steps = steps
         self._config = config
+        self._retry_wait = retry_wait  # the backoff a row waits (none under an operator's Retry now)
         self._ahead: _Ahead | None = None
 
     def next(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
@@ -273,7 +274,7 @@ class Inline:
                 outcome,
                 next_row,
                 lease=self._config.claim_lease_sec,
-                retry_backoff=self._config.retry_backoff_sec,
+                retry_backoff=self._retry_wait(next_row),
                 lock=lock,
             )
             if known:

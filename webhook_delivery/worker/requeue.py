@@ -79,7 +79,7 @@ class Requeue:
         plan = Plan(now=now, since=since if since is not None else 0, until=until if until is not None else now)
         if plan.since > plan.until:
             raise RequeueError("--since is after --until: nothing can match")
-        hooks = self._hooks(hook_phids)
+        hooks = self.hooks_named(hook_phids)
         oldest = None if self.retention is None else now - self.retention + GC_MARGIN_SEC
         for hook in hooks:
             refusal = DISABLED if hook.status == HookStatus.DISABLED else NO_KEY if not hook.hmac_key else None
@@ -110,7 +110,8 @@ class Requeue:
     def _object_gone(self, object_phid: str) -> bool:
         return self.objects is not None and self.objects.transactions(object_phid, []) is None
 
-    def _hooks(self, hook_phids: Sequence[str]) -> list[Hook]:
+    def hooks_named(self, hook_phids: Sequence[str]) -> list[Hook]:
+        """The hooks named (each checked: a PHID, in Phorge, enabled, with a key), or every hook when none is."""
         every = self.store.hooks()
         if not hook_phids:
             return sorted(every.values(), key=lambda hook: hook.phid)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from django.db import connections
 
 from ..state import WorkerState
-from .parts import Actions, HeartbeatSink, Holds, Notices
+from .parts import Actions, HeartbeatSink, Holds, Notices, Retries
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +39,15 @@ class SiteRecords:
         period: float,
         behind: Callable[[], None] = lambda: None,
         actions: Actions | None = None,
+        retries: Retries | None = None,
+        retrying: Mapping[str, int] | None = None,
     ) -> None:
         self._heartbeat = heartbeat
         self._holds = holds
         self._notices = notices
         self._actions = actions
+        self._retries = retries
+        self._retrying: Mapping[str, int] = retrying or {}
         self._period = period
         self._tick = period if actions is None else min(period, ACTIONS_SEC)
         self._behind = behind  # counts a beat replaced before it was written
@@ -81,6 +85,11 @@ class SiteRecords:
         with self._lock:
             return self._held
 
+    def retrying(self) -> Mapping[str, int]:
+        """The Retry now orders in force, as last read: {hook PHID: failed up to}."""
+        with self._lock:
+            return self._retrying
+
     def take_notices(self) -> dict[str, int]:
         """The requeue notices read since the last call: {hook PHID: lowest requeued id}."""
         with self._lock:
@@ -112,7 +121,7 @@ class SiteRecords:
                 self._wake.clear()
                 if self._stop.is_set():
                     break
-                # An action carried out changes the holds or leaves notices: read them at once.
+                # An action carried out changes the holds, the retry orders or leaves notices: read them at once.
                 acted = self._actions is not None and self._actions.carry_out()
                 if woken or acted or time.monotonic() >= due:
                     due = time.monotonic() + self._period
@@ -136,7 +145,10 @@ class SiteRecords:
                 logger.info("worker heartbeat caught up", extra={"event": "worker.heartbeat_caught_up"})
         held = self._holds.refresh()
         notices = self._notices.take()
+        retrying = self._retries.refresh() if self._retries is not None else None
         with self._lock:
             self._held = held
+            if retrying is not None:
+                self._retrying = retrying
             for hook_phid, lowest in notices.items():
                 self._taken[hook_phid] = min(self._taken.get(hook_phid, lowest), lowest)

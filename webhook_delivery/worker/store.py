@@ -420,6 +420,17 @@ class Store:
             _execute(cursor, sql, params)
             return bool(cursor.rowcount == 1)
 
+    def waiting_retries(self, hook_phid: str, *, after: int, up_to: int, limit: int) -> list[RequestRow]:
+        """A hook's queued requests whose last attempt failed in (after, up_to], oldest failure first, without
+        properties: those still in their retry backoff that a Retry now makes due (key_ratelimit's range)."""
+        sql = (
+            f"SELECT {self._listed.sql} FROM {self.dialect.requests_by_result} WHERE webhookPHID = %(hook)s "
+            "AND lastRequestResult = 'fail' AND lastRequestEpoch > %(after)s AND lastRequestEpoch <= %(up_to)s "
+            "AND status = 'queued' ORDER BY lastRequestEpoch, id LIMIT %(limit)s"
+        )
+        params = {"hook": hook_phid, "after": after, "up_to": up_to, "limit": limit}
+        return self._rows(self._listed, sql, params)[0]
+
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
         """Epochs of this hook's failed attempts inside the breaker window, newest first (key_ratelimit)."""
         failed = self.dialect.breaker_failure_sql(f"{self.now_sql} - %(window)s")

@@ -329,6 +329,14 @@ class MemoryHolds:
         return self.held
 
 
+class MemoryRetries:
+    def __init__(self) -> None:
+        self.orders: dict[str, int] = {}
+
+    def refresh(self) -> Mapping[str, int]:
+        return dict(self.orders)
+
+
 class MemoryNotices:
     def __init__(self) -> None:
         self.pending: dict[str, int] = {}
@@ -355,6 +363,7 @@ def memory_parts(
         heartbeat=MemoryHeartbeat(),
         holds=MemoryHolds(),
         notices=MemoryNotices(),
+        retries=MemoryRetries(),
         attempts=None,
         connections=0,
         closing=ExitStack(),

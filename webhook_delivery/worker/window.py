@@ -13,6 +13,9 @@ retained history on a poll, and never holds the whole queue:
 * At start-up the hooks come from herald_webhook and each hook's backlog is read lazily, so delivery starts
   at once. Every SWEEP_INTERVAL_SEC the cursors start again from the beginning and the request table's own
   hooks are listed by a loose index scan (requests whose hook row is gone): no queued row is forgotten.
+* An operator's Retry now (`retry_now`, records/retries.py) makes a hook's failures up to a moment wait no
+  backoff (phorge.herald.retry_wait): its held rows so covered are due at once, and its refill reads its
+  failed rows up to that moment.
 
 The window only proposes candidates: the job re-reads them and the claim re-checks everything in SQL.
 
@@ -33,11 +36,12 @@ from __future__ import annotations
 import bisect
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..phorge.herald import RequestResult, RequestRow, RequestStatus, next_due
+from ..phorge.herald import RequestResult, RequestRow, RequestStatus, next_due, retry_wait
 from .source import QueueSource, Settlement
+from .window_invariants import WindowInvariantError, check_invariants
 
 __all__ = ["QueueSource", "QueueWindow", "Settlement", "WindowInvariantError"]
 
@@ -72,10 +76,6 @@ class _Hook:
     retry_due_at: int | None = 0
 
 
-class WindowInvariantError(AssertionError):
-    """The window's state broke one of its invariants (the module's docstring): a bug of ours."""
-
-
 class QueueWindow:
     def __init__(
         self,
@@ -107,6 +107,7 @@ class QueueWindow:
         self._retry_heap: list[tuple[int, str]] = []
         self._last_sweep = 0.0
         self._listing: str | None = None  # where the loose scan of request hooks goes on, None: done
+        self._retry_before: dict[str, int] = {}  # Retry now: {hook: failures up to this moment wait no backoff}
 
     # -- clock ---------------------------------------------------------------------------------------
 
@@ -131,8 +132,29 @@ class QueueWindow:
                 heapq.heappush(self._retry_heap, (0, phid))
         return hook
 
+    def retry_wait(self, row: RequestRow) -> int:
+        """The backoff this row waits: none when a Retry now of its hook covers its failed attempt."""
+        return retry_wait(row, self.retry_backoff, self._retry_before.get(row.webhook_phid, 0))
+
+    def retry_now(self, orders: Mapping[str, int]) -> None:
+        """The Retry now orders in force, {hook PHID: failed up to}: a new or raised one makes the hook's held
+        rows it covers due at once and its failed rows up to that moment read at the next refill."""
+        for phid in [phid for phid in self._retry_before if phid not in orders]:
+            del self._retry_before[phid]
+        now = self.estimated_now()
+        for phid, up_to in orders.items():
+            if self._retry_before.get(phid, 0) >= up_to:
+                continue
+            self._retry_before[phid] = up_to
+            hook = self._hook(phid)
+            for row_id, row in hook.held.items():
+                if row_id not in hook.out and row_id not in hook.ready and self.retry_wait(row) == 0:
+                    self._place(hook, row_id, now)
+            self._retry_at(hook, now)
+
     def _place(self, hook: _Hook, row_id: int, now: int) -> None:
-        due = next_due(hook.held[row_id], self.lease, self.retry_backoff)
+        row = hook.held[row_id]
+        due = next_due(row, self.lease, self.retry_wait(row))
         if due <= now:
             if row_id not in hook.ready:
                 bisect.insort(hook.ready, row_id)
@@ -190,7 +212,7 @@ class QueueWindow:
                 hook.untried_done = False
                 self._untried_pending.add(hook.phid)
         elif row.last_result == RequestResult.FAIL:
-            due = next_due(row, self.lease, self.retry_backoff)
+            due = next_due(row, self.lease, self.retry_wait(row))
             if due <= now and self._hold(hook, row, now):
                 return
             if (row.last_epoch, row.id) <= hook.retry_cursor:
@@ -317,7 +339,8 @@ class QueueWindow:
         return used, bool(wanted) and self.held_count < self.total
 
     def _refill_retries(self, budget: int) -> tuple[int, bool]:
-        """Read the failed rows whose retry backoff has passed, for hooks whose next one is due now."""
+        """Read the failed rows whose retry backoff has passed (or that a Retry now covers), for hooks whose
+        next one is due now."""
         now = self.estimated_now()
         due: list[str] = []
         while self._retry_heap and self._retry_heap[0][0] <= now:
@@ -334,46 +357,54 @@ class QueueWindow:
             for phid in blocked:  # full of due rows already: look again once some are delivered
                 self._hooks[phid].retry_due_at = None
                 self._retry_at(self._hooks[phid], now + 1)
-            if not batch:
-                continue
-            limit = self.per_hook
-            cutoff = now - self.retry_backoff
-            cursors = [(phid, *self._hooks[phid].retry_cursor) for phid in batch]
-            rows, db_now = self.source.retries(cursors, cutoff, limit)
-            used += 1
-            self._saw_clock(db_now)
-            by_hook: dict[str, list[RequestRow]] = {phid: [] for phid in batch}
-            for row in rows:
-                by_hook[row.webhook_phid].append(row)
-            caught_up = []
-            for phid, hook_rows in by_hook.items():
-                hook = self._hooks[phid]
-                hook.retry_due_at = None
-                complete = len(hook_rows) < limit
-                for row in hook_rows:
-                    if not self._hold(hook, row, now):
-                        complete = False
-                        break
-                    hook.retry_cursor = (row.last_epoch, row.id)
-                if complete:
-                    # Everything that failed up to the cutoff is read. Failures written from now on carry
-                    # a later epoch, unless the backoff is under two seconds of our clock's precision.
-                    hook.retry_cursor = max(hook.retry_cursor, (min(cutoff, now - 2), _END))
-                    caught_up.append(phid)
-                else:
-                    self._retry_at(hook, now)
-            if caught_up:
-                after = min(self._hooks[phid].retry_cursor[0] for phid in caught_up)
-                upcoming = self.source.next_failures(caught_up, after)
-                used += 1
-                for phid in caught_up:
-                    hook = self._hooks[phid]
-                    epoch = upcoming.get(phid)
-                    if epoch is not None:
-                        self._retry_at(hook, max(epoch, hook.retry_cursor[0] + 1) + self.retry_backoff)
+            # One query per moment read up to: the backoff's, and each Retry now's of its own.
+            by_cutoff: dict[int, list[str]] = {}
+            for phid in batch:
+                by_cutoff.setdefault(max(now - self.retry_backoff, self._retry_before.get(phid, 0)), []).append(phid)
+            for cutoff, group in sorted(by_cutoff.items()):
+                used += self._read_retries(group, cutoff, now)
         for phid in due:  # over budget: next poll
             self._retry_at(self._hooks[phid], now)
         return used, bool(due)
+
+    def _read_retries(self, batch: list[str], cutoff: int, now: int) -> int:
+        """One read of these hooks' failed rows up to `cutoff`, after each one's cursor; the queries it took."""
+        limit = self.per_hook
+        cursors = [(phid, *self._hooks[phid].retry_cursor) for phid in batch]
+        rows, db_now = self.source.retries(cursors, cutoff, limit)
+        used = 1
+        self._saw_clock(db_now)
+        by_hook: dict[str, list[RequestRow]] = {phid: [] for phid in batch}
+        for row in rows:
+            by_hook[row.webhook_phid].append(row)
+        caught_up = []
+        for phid, hook_rows in by_hook.items():
+            hook = self._hooks[phid]
+            hook.retry_due_at = None
+            complete = len(hook_rows) < limit
+            for row in hook_rows:
+                if not self._hold(hook, row, now):
+                    complete = False
+                    break
+                hook.retry_cursor = (row.last_epoch, row.id)
+            if complete:
+                # Everything that failed up to the cutoff is read. Failures written from now on carry
+                # a later epoch, unless the backoff is under two seconds of our clock's precision.
+                hook.retry_cursor = max(hook.retry_cursor, (min(cutoff, now - 2), _END))
+                caught_up.append(phid)
+            else:
+                self._retry_at(hook, now)
+        if caught_up:
+            after = min(self._hooks[phid].retry_cursor[0] for phid in caught_up)
+            upcoming = self.source.next_failures(caught_up, after)
+            used += 1
+            for phid in caught_up:
+                hook = self._hooks[phid]
+                epoch = upcoming.get(phid)
+                if epoch is not None:
+                    wait = 0 if epoch <= self._retry_before.get(phid, 0) else self.retry_backoff
+                    self._retry_at(hook, max(epoch, hook.retry_cursor[0] + 1) + wait)
+        return used
 
     def _promote(self, now: int) -> None:
         for phid in list(self._waiting_hooks):
@@ -457,28 +488,11 @@ class QueueWindow:
 
     def check_invariants(self) -> None:
         """Raise WindowInvariantError unless every invariant of the module's docstring holds."""
-
-        def require(holds: bool, what: str) -> None:
-            if not holds:
-                raise WindowInvariantError(what)
-
-        held = sum(len(hook.held) for hook in self._hooks.values())
-        require(held == self.held_count, f"held_count {self.held_count} but {held} rows held")
-        require(self.held_count <= self.total, f"{self.held_count} rows held, more than {self.total}")
-        for phid, hook in self._hooks.items():
-            require(len(hook.held) <= self.per_hook, f"{phid} holds {len(hook.held)} rows")
-            for row_id, row in hook.held.items():
-                require(row.id == row_id and row.webhook_phid == phid, f"row {row_id} held under {phid}")
-                require(row.status == RequestStatus.QUEUED, f"row {row_id} held though {row.status}")
-            ready = set(hook.ready)
-            require(hook.ready == sorted(ready), f"{phid}'s due rows out of order or repeated")
-            require(ready <= hook.held.keys(), f"{phid} has due rows it does not hold")
-            require(hook.out <= hook.held.keys(), f"{phid} handed out rows it does not hold")
-            require(not ready & hook.out, f"{phid} has rows both due and handed out")
-            waiting = {row_id for _due, row_id in hook.waiting}
-            placed = ready | hook.out | waiting
-            require(hook.held.keys() <= placed, f"{phid} holds rows in no place: {set(hook.held) - placed}")
-            require(not hook.ready or phid in self._ready_hooks, f"{phid} has due rows but is not a candidate")
-            require(not hook.waiting or phid in self._waiting_hooks, f"{phid} has waiting rows never promoted")
-        for low, high, _seen in self.gaps:
-            require(1 <= low <= high <= max(self.frontier, 1), f"hole {low}..{high} beyond frontier {self.frontier}")
+        check_invariants(
+            self._hooks,
+            held_count=self.held_count,
+            limits=(self.total, self.per_hook),
+            candidates=(self._ready_hooks, self._waiting_hooks),
+            gaps=self.gaps,
+            frontier=self.frontier,
+        )

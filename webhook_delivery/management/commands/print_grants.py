@@ -1,4 +1,5 @@
-"""`manage.py print_grants`: the GRANT statements this service's database user needs (and the optional ones)."""
+"""`manage.py print_grants`: the GRANT statements this service's database user needs (and the optional ones);
+`--web`: those of the web process's own, SELECT-only user."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="%", help="host part of the account (default: %%)")
         parser.add_argument("--namespace", help="Phorge storage namespace (default: the configured one)")
         parser.add_argument("--required-only", action="store_true", help="leave out the optional grants")
+        parser.add_argument(
+            "--web",
+            action="store_true",
+            help="for the web process's own user: SELECT only (the pages write none of Phorge's rows)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         namespace = options["namespace"] or settings.GORGE_WEBHOOK.namespace
@@ -36,7 +42,9 @@ class Command(BaseCommand):
             except AccountError as exc:
                 raise CommandError(f"refusing {source}: {exc}; nothing was printed") from exc
         try:
-            text = grants_sql(namespace, user, options["host"], optional=not options["required_only"])
+            text = grants_sql(
+                namespace, user, options["host"], optional=not options["required_only"], web=options["web"]
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(text, ending="")

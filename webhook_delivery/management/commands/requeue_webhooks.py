@@ -1,6 +1,8 @@
-"""`manage.py requeue_webhooks`: failed requests back to the queue, a thin command over requeue.Requeue. Each
-run that requeues (not a dry run) is written down as an operator's action of each hook, done by `cli`
-(records/actions.py), beside those asked for from the dashboard."""
+"""`manage.py requeue_webhooks`: failed requests back to the queue, a thin command over requeue.Requeue; with
+`--queued`, Retry now: the queued requests that wait on their retry backoff (a receiver's outage leaves
+Herald's `retry=forever` requests so) made due at once, over retry_now.RetryNow, writing no row of Phorge's.
+Each run that changes something (not a dry run) is written down as an operator's action of each hook, done
+by `cli` (records/actions.py), beside those asked for from the dashboard."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from webhook_delivery.records import actions
 from webhook_delivery.records.notices import announce
 from webhook_delivery.requeue_rules import CAP_PER_ACTION, ErrorFilter, RequeueError, parse_when
 from webhook_delivery.terminal import printable
+from webhook_delivery.worker.loop import HEARTBEAT_SEC
 from webhook_delivery.worker.requeue import Applied, Plan, Requeue
+from webhook_delivery.worker.retry_now import RetryNow, said
 from webhook_delivery.worker.store import Store
 
 logger = logging.getLogger("webhook_delivery.worker.requeue")
@@ -59,10 +63,20 @@ class Command(BaseCommand):
             metavar="KIND",
             help="only this error (repeatable): timeout, http, http/503, hook/uri ...",
         )
+        parser.add_argument(
+            "--queued",
+            action="store_true",
+            help="retry now: the queued requests waiting on their retry backoff (after an outage) due at once",
+        )
         parser.add_argument("--dry-run", action="store_true", help="list what would be requeued; change nothing")
         parser.add_argument("--yes", action="store_true", help=f"do not ask, even above {CONFIRM_ABOVE} requests")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["queued"]:
+            if options["since"] or options["until"] or options["error"]:
+                raise CommandError("--since, --until and --error select failed requests: --queued takes --hook only")
+            self._retry_now(options["hook"], dry_run=options["dry_run"])
+            return
         try:
             errors = [ErrorFilter.parse(value) for value in options["error"]]
             store = Store()
@@ -165,6 +179,67 @@ class Command(BaseCommand):
         for reason, refused in sorted(plan.refused.items()):
             text += f"\nLeft failed: {refused} ({reason})."
         return text
+
+    def _retry_now(self, hook_phids: list[str], *, dry_run: bool) -> None:
+        config = settings.GORGE_WEBHOOK
+        try:
+            store = Store()
+            hooks = Requeue(store, None).hooks_named(hook_phids)
+            now = store.db_now()
+            retry_now = RetryNow(store, config)
+            found = [retry_now.waiting(hook, now=now) for hook in hooks if hook.status != "disabled" and hook.hmac_key]
+        except RequeueError as exc:
+            raise CommandError(printable(str(exc))) from None
+        except DatabaseError as exc:
+            raise CommandError(
+                f"Phorge's database cannot be read ({type(exc).__name__}): nothing was changed"
+            ) from None
+        found = [waiting for waiting in found if waiting.rows]
+        listed = 0
+        for waiting in found:
+            for row in waiting.rows[: max(0, LISTED - listed)]:
+                fields = (str(row.id), row.phid, utc(row.last_epoch), utc(row.last_epoch + config.retry_backoff_sec))
+                self.stdout.write("\t".join(printable(field) for field in (*fields, waiting.hook.name)))
+            listed += len(waiting.rows)
+        total = sum(len(waiting.rows) for waiting in found)
+        if listed > LISTED:
+            self.stdout.write(f"... and {listed - LISTED} more")
+        summary = (
+            f"{_plural(total, 'queued request')} of {_plural(len(found), 'hook')} waiting on their retry backoff "
+            f"({config.retry_backoff_sec} s after each failed attempt), failed up to {utc(now)}."
+        )
+        for waiting in found:
+            if waiting.breaker_until is not None:
+                summary += (
+                    f"\nThe breaker of {printable(waiting.hook.name)} is open until {utc(waiting.breaker_until)}: "
+                    "its requests go then (Retry now does not close a breaker)."
+                )
+        if dry_run or not found:
+            self.stdout.write(f"{'Would make due at once:' if found else 'Nothing waits:'} {summary}")
+            return
+        try:
+            for waiting in found:
+                retry_now.order(waiting, asked_by=actions.CLI)
+                actions.record(
+                    actions.RETRY,
+                    requested_from=actions.cli_origin(),
+                    hook_phid=waiting.hook.phid,
+                    outcome=said(waiting, config, name=f" ({printable(waiting.hook.name)})"),
+                    choices={"failed_up_to": now},
+                    requeued=len(waiting.rows),
+                )
+        except DatabaseError as exc:
+            raise CommandError(
+                f"Django's database cannot be written ({type(exc).__name__}): the workers cannot be told, run again"
+            ) from None
+        logger.warning(
+            "queued requests made due at once (retry now)",
+            extra={"event": "requeue.retry_now", "requests": total, "hooks": len(found)},
+        )
+        self.stdout.write(
+            f"Made due at once: {summary}\nRunning workers read this within {HEARTBEAT_SEC:g} s (their next "
+            "heartbeat) and send them one at a time per hook; no row of Phorge's was changed."
+        )
 
     def _confirm(self, count: int) -> None:
         question = f"Requeue {count} requests? They will be delivered again at once. [y/N] "
