@@ -141,7 +141,8 @@ class PhorgeConfig:
     @property
     def delegation(self) -> Delegation:
         """Whether Phorge's PHP hands each new request to this service (contrib/phorge's predicate)."""
-        return decide(self.switch_option, self.switch.value, self.switch.origin, self.silent.value, self.silent.origin)
+        switch, silent = self.switch, self.silent
+        return decide(self.switch_option, switch.value, switch.origin, silent.value, silent.origin, self.switch_text)
 
     @property
     def silent_unknown(self) -> bool:
