@@ -71,11 +71,15 @@ def _clients(base: str, port: int, directory: Path) -> dict[str, Callable[[], No
         answer = pools.exchange(key, ("127.0.0.1",), head + BODY, transport.Deadline.after(15), 0)
         assert answer.status == 200
 
+    from webhook_delivery.phorge.cabundle import CaBundle
+
+    SYSTEM = CaBundle(None, "variable", "GORGE_WEBHOOK_CA_BUNDLE=system")  # noqa: N806 - plain http: no bundle read
+
     def with_curl() -> None:
         deadline = transport.Deadline.after(15)
         hop = transport.check_uri(url, (), system_resolver, deadline)
         http = transport.post(
-            url, BODY, SIGNATURE, owner="PHID-HOOK-bench", first_hop=hop, blacklist=(), deadline=deadline
+            url, BODY, SIGNATURE, owner="PHID-HOOK-bench", first_hop=hop, blacklist=(), deadline=deadline, ca=SYSTEM
         )
         assert http.error_code == 200
 

@@ -11,10 +11,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from .config import CLUSTER_KEY, CLUSTER_VARIABLE, LOCAL_CONFIG_VARIABLE, DeliveryConfig
-from .phorge.config import ConfigDatabase, LocalConfigFile, resolve
+from .phorge.config import ConfigDatabase, resolve
 from .phorge.databases import Masters, PartitionMap, herald_connection
 from .phorge.netguard import local_gaps
 from .phorge.php_guard import PhpWorkerGuard
+from .phorge.watched import LocalConfigFile
 
 
 @register("gorge")

@@ -21,6 +21,8 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from . import jsonread
+from .egress import Proxy, load_egress
+from .phorge.cabundle import Trust
 from .phorge.cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases, parse_cluster_databases
 from .phorge.delivery_id import OFF as DELIVERY_ID_OFF
 from .phorge.delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
@@ -87,6 +89,8 @@ class DeliveryConfig:
     # How to reach every master: GORGE_WEBHOOK_CLUSTER_DATABASES, else cluster.databases in the local file.
     cluster: ClusterDatabases | None = None
     replica_max_lag_sec: int = 30  # GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC: beyond it, pages read the master
+    trust: Trust = field(default_factory=Trust)  # where the CA bundle PHP uses is looked for (phorge/cabundle.py)
+    proxy: Proxy | None = None  # GORGE_WEBHOOK_PROXY and GORGE_WEBHOOK_NO_PROXY
 
     @property
     def lease_was_clamped(self) -> bool:
@@ -388,6 +392,9 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         replica_url = ""
     replica_lag = r.integer("GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC", 30, minimum=0, maximum=86_400)
 
+    trust, proxy, problems = load_egress(lambda name: r.raw(name) or "", local_config)
+    r.errors.extend(ConfigError(variable, message) for variable, message in problems)
+
     minimum_lease = math.ceil(timeout) + LEASE_MARGIN_SEC
     delivery = DeliveryConfig(
         namespace=namespace,
@@ -413,6 +420,8 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         delivery_id_hooks=delivery_id_hooks,
         cluster=cluster,
         replica_max_lag_sec=replica_lag,
+        trust=trust,
+        proxy=proxy,
     )
     return LoadedConfig(
         delivery=delivery,
