@@ -182,7 +182,7 @@ class CaseServer:
 
 @dataclass(frozen=True)
 class TlsFiles:
-    """A throwaway CA and a server certificate for localhost and 127.0.0.1 signed by it."""
+    """A throwaway CA and a server certificate for localhost, 127.0.0.1 and 127.0.0.3 signed by it."""
 
     ca: Path
     cert: Path
@@ -201,7 +201,7 @@ class TlsFiles:
         for command in run:
             subprocess.run(command, check=True, capture_output=True)
         extensions = directory / "san.cnf"
-        extensions.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        extensions.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1,IP:127.0.0.3\n")
         subprocess.run(
             ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
              "-out", str(cert), "-days", "1", "-extfile", str(extensions)],

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.arcanist import arcanist_tree, bundle_in_force
+from tests.support.arcanist import MOZILLA_ROOTS, arcanist_tree, bundle_in_force
 from tests.support.curl_oracle import php_records
 from tests.support.odd_answers import CASES, OK, Case, CaseServer, TlsFiles
 from tests.support.rawserver import RawServer, read_message, read_request
 from tests.support.receiver import Receiver
 from webhook_delivery.config import default_blacklist, parse_blacklist
-from webhook_delivery.phorge.cabundle import CaBundle
+from webhook_delivery.phorge.cabundle import CaBundle, CaBundleFile, Trust
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
 from webhook_delivery.worker import transport
 
@@ -230,6 +230,26 @@ def test_tls_is_verified_by_host_name_on_the_pinned_address(tls: TlsFiles, tmp_p
         assert attempt(server.url("localhost"), ca=trusted) == outcome(200)
     with RawServer(_respond(OK), host="127.0.0.2", wrap=tls.wrapper("ok")) as server:
         assert attempt(f"https://127.0.0.2:{server.port}/x") == outcome(60)  # not a name the certificate has
+
+
+def test_a_changed_bundle_leaves_no_connection_verified_under_the_old_one(tls: TlsFiles, tmp_path: Path) -> None:
+    """The hook's kept TLS connection was verified against custom.pem; once custom.pem no longer trusts the
+    receiver's CA, the next delivery is verified again, on a new connection, and fails as PHP's would."""
+    tree = arcanist_tree(tmp_path, custom=tls.ca)
+    custom = tree / "resources" / "ssl" / "custom.pem"
+    now = [0.0]
+    watched = CaBundleFile(Trust(arcanist=str(tree), arcanist_from="GORGE_WEBHOOK_ARCANIST_ROOT"), clock=lambda: now[0])
+    with CaseServer(Case("kept", (OK,) * 10, tls="ok"), tls) as server:
+        url = server.url("localhost")
+        assert [attempt(url, ca=watched.current()) for _ in range(2)] == [outcome(200)] * 2
+        assert server.server.connections == 1
+        custom.write_bytes(MOZILLA_ROOTS.read_bytes())
+        now[0] += 1.0
+        assert attempt(url, ca=watched.current()) == outcome(60)
+        custom.write_bytes(tls.ca.read_bytes())
+        now[0] += 1.0
+        assert attempt(url, ca=watched.current()) == outcome(200)
+        assert server.server.connections == 3
 
 
 def test_tls_handshake_failure_is_http_35() -> None:
