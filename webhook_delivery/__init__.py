@@ -3,12 +3,13 @@
 The folders are the processes:
 
   phorge/    Phorge's values and rules, shared by both: rows and value domains, the due and breaker rules,
-             the exact bytes and signature, its SSRF rules, its settings, reads of its other databases
+             the exact bytes and signature, its SSRF rules, its settings (and the CA bundle PHP uses,
+             cabundle.py), reads of its other databases
   worker/    `manage.py deliver_webhooks`: the loop, scheduling, the queue window, one hook's job and its
              results, the only SQL that writes Phorge's table (store.py), the HTTP transport (through
-             libcurl, as PHP's, curl.py), the attempt log, requeue, the operators' actions carried out
-             (actions.py); its parts named and put together in parts.py,
-             their in-memory twins in twins.py
+             libcurl, as PHP's, curl.py; through an outbound proxy, proxy.py), the attempt log, requeue,
+             the operators' actions carried out (actions.py); its parts named and put together in
+             parts.py, their in-memory twins in twins.py
   reads/     the reads the pages, the JSON and the alert watcher share (selectors); start no process
   web/       gunicorn: pages, JSON diagnostics, probes and web metrics over reads/, the operators' forms
              (written as actions for a worker to carry out); never imports worker/ or alerts/, and
@@ -19,6 +20,6 @@ The folders are the processes:
   phorge_auth/  Sign in with Phorge (Phorge's OAuth server)
 
 At the root: Django's discovery points (apps, models, admin, urls, checks, management/, templatetags/),
-the settings (config.py) and what both processes share (state.py, logformat.py, terminal.py, grants.py,
-requeue_rules.py).
+the settings (config.py; the CA bundle's and the proxy's in egress.py) and what both processes share
+(state.py, logformat.py, terminal.py, grants.py, requeue_rules.py).
 """
