@@ -19,8 +19,8 @@ from tests.support.arcanist import arcanist_tree, bundle_in_force
 from tests.support.curl_oracle import php_records
 from tests.support.forward_proxy import ForwardProxy
 from tests.support.helpers import PHORGE_DB, Phorge
-from tests.support.odd_answers import OK, TlsFiles
-from tests.support.rawserver import RawServer, read_message
+from tests.support.odd_answers import Redirects, TlsFiles
+from tests.support.rawserver import RawServer
 from webhook_delivery.config import load_config, parse_blacklist
 from webhook_delivery.egress import Proxy
 from webhook_delivery.phorge.cabundle import CaBundle
@@ -31,45 +31,6 @@ from webhook_delivery.worker.loop import build_worker
 pytestmark = pytest.mark.needs_tool("tinyproxy", "curl", "php")
 
 BODY, SIGNATURE = b'{"object": {"phid": "PHID-TASK-1"}}', "7" * 64
-
-
-class Recorder:
-    """A receiver that writes down every request's head and body: /final answers 200, /r<code> redirects to
-    /final here, /away redirects to `elsewhere`."""
-
-    def __init__(self, host: str = "127.0.0.1", tls: TlsFiles | None = None) -> None:
-        self.heads: list[bytes] = []
-        self.bodies: list[bytes] = []
-        self.elsewhere = ""
-        self.scheme = "https" if tls else "http"
-        self.host = host
-        self.server = RawServer(self._handle, host=host, wrap=tls.wrapper("ok") if tls else None)
-
-    def _handle(self, sock: socket.socket) -> None:
-        buffer = b""
-        while (message := read_message(sock, buffer)) is not None:
-            head, body, buffer = message
-            self.heads.append(head)
-            self.bodies.append(body)
-            path = head.split(b" ", 2)[1]
-            if path == b"/away":
-                sock.sendall(
-                    b"HTTP/1.1 302 Found\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n" % self.elsewhere.encode()
-                )
-            elif path.startswith(b"/r"):
-                sock.sendall(b"HTTP/1.1 %s Moved\r\nLocation: /final\r\nContent-Length: 0\r\n\r\n" % path[2:])
-            else:
-                sock.sendall(OK)
-
-    def url(self, path: str) -> str:
-        return f"{self.scheme}://{self.host}:{self.server.port}{path}"
-
-    def __enter__(self) -> Recorder:
-        self.server.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.__exit__(*exc)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +88,7 @@ def test_the_receiver_gets_what_phps_libcurl_sends_through_the_proxy_and_the_row
     Connection established" block in libcurl's buffer, as PHP's parse sees it); redirects followed as libcurl
     follows them, across hosts too."""
     secure = tls if scheme == "https" else None
-    with Recorder(tls=secure) as receiver, Recorder("localhost", tls=secure) as other:
+    with Redirects(tls=secure) as receiver, Redirects("localhost", tls=secure) as other:
         receiver.elsewhere = other.url("/final")
         url = receiver.url(path)
         expected = php(url, proxy.url, trusted)
@@ -157,7 +118,7 @@ def test_a_hop_into_the_blacklist_is_refused_before_the_proxy_is_asked_for_it(
     address on another port. Neither is ever asked of the proxy, and neither receiver hears of it."""
     secure = tls if scheme == "https" else None
     blacklist = parse_blacklist("127.0.0.1/32,127.0.0.2/32")
-    with Recorder("127.0.0.3", tls=secure) as allowed, Recorder("127.0.0.2") as inside, Recorder() as beside:
+    with Redirects("127.0.0.3", tls=secure) as allowed, Redirects("127.0.0.2") as inside, Redirects() as beside:
         for target in (inside, beside):
             allowed.elsewhere = target.url("/final")
             with pytest.raises(InvalidURI):
@@ -193,7 +154,7 @@ def test_a_proxy_that_is_down_or_refuses_is_recorded_as_libcurl_numbers_it(
 ) -> None:
     secure = tls if scheme == "https" else None
     with (
-        Recorder(tls=secure) as receiver,
+        Redirects(tls=secure) as receiver,
         RawServer(_hang_up) as hanging,
         ForwardProxy(tmp_path, connect_ports=(1,)) as strict,
     ):
@@ -222,7 +183,7 @@ def test_a_proxy_that_is_down_or_refuses_is_recorded_as_libcurl_numbers_it(
 
 
 def test_hosts_in_no_proxy_are_reached_directly_and_still_checked(proxy: ForwardProxy, trusted: CaBundle) -> None:
-    with Recorder() as direct, Recorder("127.0.0.2") as inside:
+    with Redirects() as direct, Redirects("127.0.0.2") as inside:
         via = setting(proxy.url, "127.0.0.1,127.0.0.2")
         assert deliver(direct.url("/final"), via, trusted, owner="PHID-HOOK-direct") == ("http", 200)
         direct.elsewhere = inside.url("/final")
@@ -238,7 +199,7 @@ def test_hosts_in_no_proxy_are_reached_directly_and_still_checked(proxy: Forward
 def test_the_worker_delivers_through_the_proxy_and_writes_the_row(
     phorge: Phorge, delivery_config: Any, proxy: ForwardProxy
 ) -> None:
-    with Recorder() as receiver:
+    with Redirects() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/final")))
         config = dataclasses.replace(delivery_config, outbound_blacklist=(), proxy=setting(proxy.url))
         build_worker(config, once=True).run()

@@ -16,8 +16,8 @@ import pytest
 
 from tests.support.arcanist import MOZILLA_ROOTS, arcanist_tree, bundle_in_force
 from tests.support.curl_oracle import php_records
-from tests.support.odd_answers import CASES, OK, Case, CaseServer, TlsFiles
-from tests.support.rawserver import RawServer, read_message, read_request
+from tests.support.odd_answers import CASES, OK, Case, CaseServer, Redirects, TlsFiles
+from tests.support.rawserver import RawServer, read_request
 from tests.support.receiver import Receiver
 from webhook_delivery.config import default_blacklist, parse_blacklist
 from webhook_delivery.phorge.cabundle import CaBundle, CaBundleFile, Trust
@@ -28,19 +28,18 @@ SYSTEM_STORE = CaBundle(None, "variable", "GORGE_WEBHOOK_CA_BUNDLE=system")
 
 
 def attempt(
-    uri: str, *, timeout: float = 2.0, blacklist: Any = (), resolver: Any = system_resolver, ca: Any = SYSTEM_STORE
+    uri: str,
+    *,
+    timeout: float = 2.0,
+    blacklist: Any = (),
+    resolver: Any = system_resolver,
+    ca: Any = SYSTEM_STORE,
+    owner: str = "PHID-HOOK-test",
 ) -> Any:
     deadline = transport.Deadline.after(timeout)
     hop = transport.check_uri(uri, blacklist, resolver, deadline)
     return transport.post(
-        uri,
-        b'{"x": 1}\n',
-        "0" * 64,
-        owner="PHID-HOOK-test",
-        first_hop=hop,
-        blacklist=blacklist,
-        deadline=deadline,
-        ca=ca,
+        uri, b'{"x": 1}\n', "0" * 64, owner=owner, first_hop=hop, blacklist=blacklist, deadline=deadline, ca=ca
     )
 
 
@@ -104,18 +103,7 @@ def test_a_hooks_pin_holds_until_its_addresses_change_and_then_a_fresh_connectio
             url = f"http://pinned.invalid:{first.port}/pin/ok"
 
             def deliver() -> Any:
-                deadline = transport.Deadline.after(2.0)
-                hop = transport.check_uri(url, (), resolver, deadline)
-                return transport.post(
-                    url,
-                    b"{}",
-                    "0" * 64,
-                    owner="PHID-HOOK-pin",
-                    first_hop=hop,
-                    blacklist=(),
-                    deadline=deadline,
-                    ca=SYSTEM_STORE,
-                )
+                return attempt(url, resolver=resolver, owner="PHID-HOOK-pin")
 
             assert [deliver() for _ in range(3)] == [outcome(200)] * 3
             where["address"] = "127.0.0.2"
@@ -374,40 +362,6 @@ def test_the_tls_cases_are_recorded_as_php_records_them_with_the_bundle_php_uses
         assert deliver(urls, f"PHID-HOOK-{given}-{case.name}", ca=bundle)[-1] == expected
 
 
-class Redirects:
-    """A receiver that redirects /r<code> to /final with that status (and /loop to itself), and writes down
-    the head of every request it gets."""
-
-    def __init__(self) -> None:
-        self.heads: list[bytes] = []
-        self.bodies: list[bytes] = []
-        self.server = RawServer(self._handle)
-
-    def _handle(self, sock: socket.socket) -> None:
-        buffer = b""
-        while (message := read_message(sock, buffer)) is not None:
-            head, body, buffer = message
-            self.heads.append(head)
-            self.bodies.append(body)
-            path = head.split(b" ", 2)[1]
-            if path == b"/final":
-                sock.sendall(OK)
-            else:
-                status = b"302" if path == b"/loop" else path[2:]
-                target = b"/loop" if path == b"/loop" else b"/final"
-                sock.sendall(b"HTTP/1.1 %s Moved\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n" % (status, target))
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server.port}{path}"
-
-    def __enter__(self) -> Redirects:
-        self.server.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.__exit__(*exc)
-
-
 def _fields(head: bytes) -> list[bytes]:
     return head.split(b"\r\n")
 
@@ -435,18 +389,7 @@ def test_a_kept_connection_serves_only_under_the_blacklist_it_was_checked_agains
         url = hook.url("/hook/away")
 
         def deliver(blacklist: Any) -> Any:
-            deadline = transport.Deadline.after(2.0)
-            hop = transport.check_uri(url, blacklist, system_resolver, deadline)
-            return transport.post(
-                url,
-                b"{}",
-                "0" * 64,
-                owner="PHID-HOOK-moved",
-                first_hop=hop,
-                blacklist=blacklist,
-                deadline=deadline,
-                ca=SYSTEM_STORE,
-            )
+            return attempt(url, blacklist=blacklist, owner="PHID-HOOK-moved")
 
         assert [deliver(()) for _ in range(2)] == [outcome(200)] * 2
         with pytest.raises(InvalidURI):
