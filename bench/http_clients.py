@@ -54,8 +54,11 @@ def _clients(base: str, port: int, directory: Path) -> dict[str, Callable[[], No
     import django
 
     django.setup()
+    from webhook_delivery.phorge.cabundle import CaBundle
     from webhook_delivery.phorge.netguard import system_resolver
     from webhook_delivery.worker import transport
+
+    system = CaBundle(None, "variable", "GORGE_WEBHOOK_CA_BUNDLE=system")  # plain http: no bundle is read
 
     url = f"http://127.0.0.1:{port}/x"
     http1 = _base_http1(base, directory)
@@ -71,15 +74,11 @@ def _clients(base: str, port: int, directory: Path) -> dict[str, Callable[[], No
         answer = pools.exchange(key, ("127.0.0.1",), head + BODY, transport.Deadline.after(15), 0)
         assert answer.status == 200
 
-    from webhook_delivery.phorge.cabundle import CaBundle
-
-    SYSTEM = CaBundle(None, "variable", "GORGE_WEBHOOK_CA_BUNDLE=system")  # noqa: N806 - plain http: no bundle read
-
     def with_curl() -> None:
         deadline = transport.Deadline.after(15)
         hop = transport.check_uri(url, (), system_resolver, deadline)
         http = transport.post(
-            url, BODY, SIGNATURE, owner="PHID-HOOK-bench", first_hop=hop, blacklist=(), deadline=deadline, ca=SYSTEM
+            url, BODY, SIGNATURE, owner="PHID-HOOK-bench", first_hop=hop, blacklist=(), deadline=deadline, ca=system
         )
         assert http.error_code == 200
 

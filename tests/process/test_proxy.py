@@ -24,7 +24,7 @@ from tests.support.rawserver import RawServer
 from webhook_delivery.config import load_config, parse_blacklist
 from webhook_delivery.egress import Proxy
 from webhook_delivery.phorge.cabundle import CaBundle
-from webhook_delivery.phorge.netguard import InvalidURI, system_resolver
+from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
 from webhook_delivery.worker import transport
 from webhook_delivery.worker.loop import build_worker
 
@@ -60,11 +60,22 @@ def setting(url: str, no_proxy: str = "") -> Proxy:
     return loaded.delivery.proxy
 
 
-def deliver(url: str, via: Proxy, ca: CaBundle, *, owner: str, blacklist: Any = (), timeout: float = 5.0) -> Any:
-    deadline = transport.Deadline.after(timeout)
-    hop = transport.check_uri(url, blacklist, system_resolver, deadline)
+def deliver(
+    url: str, via: Proxy, ca: CaBundle, *, owner: str, blacklist: Any = (), resolver: Any = system_resolver
+) -> Any:
+    deadline = transport.Deadline.after(5.0)
+    hop = transport.check_uri(url, blacklist, resolver, deadline)
     http = transport.post(
-        url, BODY, SIGNATURE, owner=owner, first_hop=hop, blacklist=blacklist, deadline=deadline, ca=ca, proxy=via
+        url,
+        BODY,
+        SIGNATURE,
+        owner=owner,
+        first_hop=hop,
+        blacklist=blacklist,
+        deadline=deadline,
+        ca=ca,
+        proxy=via,
+        resolver=resolver,
     )
     return http.error_type, http.error_code
 
@@ -133,6 +144,30 @@ def test_a_hop_into_the_blacklist_is_refused_before_the_proxy_is_asked_for_it(
         assert set(asked) == {f"CONNECT 127.0.0.3:{allowed.server.port}"}
     else:
         assert {line.split(" ")[1].rsplit("/", 1)[0] for line in asked} == {f"http://127.0.0.3:{allowed.server.port}"}
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_proxy_named_by_host_is_reached_where_its_name_was_looked_up(
+    scheme: str, proxy: ForwardProxy, tls: TlsFiles, trusted: CaBundle
+) -> None:
+    """A name only the service's resolver knows: libcurl reaches the proxy at the address pinned for the
+    attempt, the one exempt from the blacklist (which holds it, and not the receiver, 127.0.0.3)."""
+
+    def lookup(host: str, port: int, *args: Any) -> list[Any]:
+        assert host == "proxy.gorge-test.invalid", host
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    blacklist = parse_blacklist("127.0.0.1/32,127.0.0.2/32,::1/128")
+    with Redirects("127.0.0.3", tls=tls if scheme == "https" else None) as receiver:
+        via = setting(f"http://proxy.gorge-test.invalid:{proxy.port}")
+        url = receiver.url("/final")
+        assert deliver(
+            url, via, trusted, owner="PHID-HOOK-named", blacklist=blacklist, resolver=make_resolver(lookup)
+        ) == (
+            "http",
+            200,
+        )
+    assert len(receiver.heads) == 1 and len(proxy.asked()) == 1
 
 
 def _closed_port() -> int:

@@ -235,9 +235,11 @@ class _Handle:
         curl.setopt(pycurl.TIMEOUT_MS, timeout_ms)
         self.checked = blacklist
         fresh = pin is not None and self._pin(pin)
-        if self.proxy is not None and proxy_addresses:
+        proxy = self.proxy
+        if proxy is not None:
             self._proxy_addresses = proxy_addresses
-            fresh = self._pin(("proxy", self.proxy.host, self.proxy.port, proxy_addresses)) or fresh
+            if parse_ip(proxy.host) is None:  # a name: libcurl connects where it was looked up
+                fresh = self._pin(("proxy", proxy.host, proxy.port, proxy_addresses)) or fresh
         if fresh != self._fresh:
             curl.setopt(pycurl.FRESH_CONNECT, int(fresh))
             self._fresh = fresh
