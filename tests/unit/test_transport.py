@@ -326,12 +326,16 @@ def test_each_odd_answer_is_recorded_as_php_records_it(case: Case, tls: TlsFiles
         assert deliver(urls, f"PHID-HOOK-{case.name}", ca=custom_pem)[-1] == expected
 
 
-TLS_CASES = [case for case in CASES if case.tls]
+# Each TLS case with the CA not trusted; with it trusted, the handshake that completes (every TLS case with it
+# trusted is in the test above; tls-client-cert's refusal races the request, so it is run once there).
+TLS_GIVEN = [
+    *((given, case) for given in ("custom.pem", "GORGE_WEBHOOK_CA_BUNDLE") for case in CASES if case.tls == "ok"),
+    *((given, case) for given in ("neither", "no default.pem") for case in CASES if case.tls),
+]
 
 
 @pytest.mark.needs_tool("curl", "php")
-@pytest.mark.parametrize("case", TLS_CASES, ids=[case.name for case in TLS_CASES])
-@pytest.mark.parametrize("given", ["custom.pem", "GORGE_WEBHOOK_CA_BUNDLE", "neither", "no default.pem"])
+@pytest.mark.parametrize(("given", "case"), TLS_GIVEN, ids=[f"{given}-{case.name}" for given, case in TLS_GIVEN])
 def test_the_tls_cases_are_recorded_as_php_records_them_with_the_bundle_php_uses(
     case: Case, given: str, tls: TlsFiles, tmp_path: Path
 ) -> None:
