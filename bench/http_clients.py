@@ -54,8 +54,11 @@ def _clients(base: str, port: int, directory: Path) -> dict[str, Callable[[], No
     import django
 
     django.setup()
+    from webhook_delivery.phorge.cabundle import CaBundle
     from webhook_delivery.phorge.netguard import system_resolver
     from webhook_delivery.worker import transport
+
+    system = CaBundle(None, "variable", "GORGE_WEBHOOK_CA_BUNDLE=system")  # plain http: no bundle is read
 
     url = f"http://127.0.0.1:{port}/x"
     http1 = _base_http1(base, directory)
@@ -75,7 +78,7 @@ def _clients(base: str, port: int, directory: Path) -> dict[str, Callable[[], No
         deadline = transport.Deadline.after(15)
         hop = transport.check_uri(url, (), system_resolver, deadline)
         http = transport.post(
-            url, BODY, SIGNATURE, owner="PHID-HOOK-bench", first_hop=hop, blacklist=(), deadline=deadline
+            url, BODY, SIGNATURE, owner="PHID-HOOK-bench", first_hop=hop, blacklist=(), deadline=deadline, ca=system
         )
         assert http.error_code == 200
 

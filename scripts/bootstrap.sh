@@ -5,7 +5,8 @@
 #   scripts/bootstrap.sh            Python dependencies (and the MariaDB client headers to build them)
 #   scripts/bootstrap.sh --browser  also what the whole suite needs: Debian's chromium (the browser test),
 #                                   prometheus (promtool, for the alerting-rule tests), curl and php-cli (the
-#                                   delivery path's differential tests; php -l on contrib/phorge's patch)
+#                                   delivery path's differential tests; php -l on contrib/phorge's patch),
+#                                   tinyproxy-bin (the forward proxy of the outbound-proxy tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,4 +74,7 @@ if [ "$want_browser" = true ] && ! command -v promtool >/dev/null; then
 fi
 if [ "$want_browser" = true ] && ! command -v php >/dev/null; then
   need_packages "the Phorge patch tests (php -l) and the differential tests (Phorge's parse of an answer)" php-cli
+fi
+if [ "$want_browser" = true ] && ! command -v tinyproxy >/dev/null; then
+  need_packages "the outbound-proxy tests (a real forward proxy, CONNECT for https)" tinyproxy-bin
 fi

@@ -11,10 +11,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from .config import CLUSTER_KEY, CLUSTER_VARIABLE, LOCAL_CONFIG_VARIABLE, DeliveryConfig
-from .phorge.config import ConfigDatabase, LocalConfigFile, resolve
+from .phorge.cabundle import ARCANIST_VARIABLE, CA_BUNDLE_VARIABLE, choose
+from .phorge.config import ConfigDatabase, resolve
 from .phorge.databases import Masters, PartitionMap, herald_connection
 from .phorge.netguard import local_gaps
 from .phorge.php_guard import PhpWorkerGuard
+from .phorge.watched import LocalConfigFile
 from .version import PROBLEM
 
 
@@ -49,6 +51,7 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         )
     messages.extend(_phorge_settings(config))
+    messages.extend(_egress(config, deploy=False))
     messages.extend(_partitioned(config)[0])
     messages.extend(_alert_channels())
     return messages
@@ -59,9 +62,34 @@ def php_delivery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """`check --deploy` only: it reads Phorge's config and worker tables, which no other command (the worker's
     start included) should wait on or hold a connection to."""
     config = settings.GORGE_WEBHOOK
+    egress = _egress(config, deploy=True)
     if not _partitioned(config)[1]:
-        return [_delivery_info("unknown (Phorge's database did not answer)")]
-    return _php_delivery(config)
+        return [_delivery_info("unknown (Phorge's database did not answer)"), *egress]
+    return [*_php_delivery(config), *egress]
+
+
+def _egress(config: DeliveryConfig, *, deploy: bool) -> list[CheckMessage]:
+    """How deliveries leave: the CA bundle in force and the proxy (`check --deploy`), and a warning when
+    Phorge's install is given but arcanist, and so the bundle PHP uses, is not found beside it."""
+    bundle = choose(config.trust)
+    if deploy:
+        proxy = "none" if config.proxy is None else config.proxy.shown
+        return [
+            checks.Info(
+                f"https deliveries trust the CA bundle {bundle.shown} ({bundle.where}); outbound proxy: {proxy}",
+                id="gorge.I002",
+            )
+        ]
+    if bundle.origin == "unknown" and config.phorge_local_config:
+        return [
+            checks.Warning(
+                f"the CA bundle PHP uses cannot be found: {bundle.where}",
+                hint=f"mount arcanist's directory and set {ARCANIST_VARIABLE} to it, or give the bundle PHP uses in "
+                f"{CA_BUNDLE_VARIABLE} (docs/operate/configuration.md)",
+                id="gorge.W007",
+            )
+        ]
+    return []
 
 
 def _alert_channels() -> list[CheckMessage]:

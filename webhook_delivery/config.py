@@ -15,13 +15,14 @@ import math
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
 from . import jsonread
+from .egress import Proxy, load_proxy
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -75,8 +76,24 @@ class ClusterMap(Protocol):
     def elsewhere(self, application: str) -> str | None: ...
 
 
+@dataclass(frozen=True)
+class Trust:
+    """Where the CA bundle PHP uses is looked for (phorge/cabundle.py finds it): the override, arcanist's
+    directory (and which variable gave it), PHP's curl.cainfo."""
+
+    override: str = ""  # GORGE_WEBHOOK_CA_BUNDLE: a path, `system`, or empty to follow PHP
+    arcanist: str = ""  # arcanist's directory; empty: not known
+    arcanist_from: str = ""  # the variable it came from, or why it is not known
+    php_cainfo: str = ""  # GORGE_WEBHOOK_PHP_CURL_CAINFO
+
+
 class PhorgeFormats(Protocol):
     """Reads the values written in Phorge's formats for load_config (phorge/formats.py: PHORGE_FORMATS)."""
+
+    def trust(self, raw: Callable[[str], str], local_config: str) -> tuple[Trust, list[ConfigError]]:
+        """Where the CA bundle is looked for (arcanist as Phorge's install lays it out), from the variables
+        `raw` reads, and the problems (the bundle in force must be a file libcurl can verify against)."""
+        ...
 
     def delivery_id_hooks(self, raw: str) -> DeliveryIds:
         """GORGE_WEBHOOK_DELIVERY_ID_HOOKS; raises ValueError saying what is wrong (not naming the variable)."""
@@ -116,6 +133,8 @@ class DeliveryConfig:
     # How to reach every master: GORGE_WEBHOOK_CLUSTER_DATABASES, else cluster.databases in the local file.
     cluster: ClusterMap | None = None
     replica_max_lag_sec: int = 30  # GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC: beyond it, pages read the master
+    trust: Trust = field(default_factory=Trust)  # where the CA bundle PHP uses is looked for
+    proxy: Proxy | None = None  # GORGE_WEBHOOK_PROXY and GORGE_WEBHOOK_NO_PROXY
 
     @property
     def lease_was_clamped(self) -> bool:
@@ -355,6 +374,10 @@ def load_config(env: Mapping[str, str], phorge: PhorgeFormats) -> LoadedConfig:
         replica_url = ""
     replica_lag = r.integer("GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC", 30, minimum=0, maximum=86_400)
 
+    trust, trust_errors = phorge.trust(lambda name: r.raw(name) or "", local_config)
+    proxy, proxy_problems = load_proxy(lambda name: r.raw(name) or "")
+    r.errors.extend([*trust_errors, *(ConfigError(variable, message) for variable, message in proxy_problems)])
+
     minimum_lease = math.ceil(timeout) + LEASE_MARGIN_SEC
     delivery = DeliveryConfig(
         namespace=namespace,
@@ -380,6 +403,8 @@ def load_config(env: Mapping[str, str], phorge: PhorgeFormats) -> LoadedConfig:
         delivery_id_hooks=delivery_id_hooks,
         cluster=cluster,
         replica_max_lag_sec=replica_lag,
+        trust=trust,
+        proxy=proxy,
     )
     return LoadedConfig(
         delivery=delivery,

@@ -22,7 +22,8 @@ from tests.support.helpers import PHORGE_DB, Phorge, viewer, with_event, write_l
 from tests.support.phorge_app_db import AppDatabases
 from tests.support.receiver import Receiver
 from webhook_delivery.config import default_blacklist
-from webhook_delivery.phorge.config import REQUEST_RETENTION_SEC, LocalConfigFile, LocalRead, resolve
+from webhook_delivery.phorge.config import REQUEST_RETENTION_SEC, resolve
+from webhook_delivery.phorge.watched import LocalConfigFile, LocalRead
 from webhook_delivery.reads import phorge_status
 from webhook_delivery.worker.loop import build_worker
 
@@ -169,8 +170,14 @@ def test_start_up_lines_name_each_settings_value_and_source(
         == f"Phorge setting in force: phabricator.base-uri = https://phorge.example.com, from database ({table})"
     )
     assert said[3] == "Phorge setting in force: phd.garbage-collection herald.webhooks = 7 days, from Phorge's default"
-    assert said[4] == "Phorge setting in force: gorge.webhook.uri = not set, from Phorge's default"
-    assert len(said) == 5
+    assert said[4] == (
+        "Phorge setting in force: CA bundle = the system store, from unknown (arcanist not found "
+        "(neither GORGE_WEBHOOK_ARCANIST_ROOT nor GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG is set), so neither its "
+        "custom.pem nor its default.pem, which PHP uses; set GORGE_WEBHOOK_ARCANIST_ROOT or GORGE_WEBHOOK_CA_BUNDLE)"
+    )
+    assert said[5] == "Phorge setting in force: outbound proxy = none, from variable (GORGE_WEBHOOK_PROXY is not set)"
+    assert said[6] == "Phorge setting in force: gorge.webhook.uri = not set, from Phorge's default"
+    assert len(said) == 7
     looked = [r.getMessage() for r in caplog.records if getattr(r, "event", "") == "settings.looked"]
     assert looked == [f"Phorge settings at Phorge's default: not set in {path}; not set in {table}"], "said once"
 

@@ -18,14 +18,15 @@ from typing import Any
 
 import pytest
 
+from tests.support.arcanist import arcanist_tree
 from tests.support.curl_oracle import php_records
 from tests.support.helpers import PHORGE_DB, Phorge
 from tests.support.odd_answers import CASES, OK, CaseServer, TlsFiles
 from tests.support.rawserver import RawServer, read_message
 from tests.support.receiver import Receiver
 from webhook_delivery.config import default_blacklist, parse_blacklist
+from webhook_delivery.phorge.formats import load_config
 from webhook_delivery.phorge.netguard import make_resolver
-from webhook_delivery.worker import curl
 from webhook_delivery.worker.dispatcher import Dispatcher
 from webhook_delivery.worker.loop import build_worker
 
@@ -90,22 +91,30 @@ def _properties_error(row: dict[str, Any]) -> tuple[str, int]:
 @PHORGE_DB
 @pytest.mark.needs_tool("curl", "php")
 def test_every_odd_answer_is_written_as_php_would_write_it(
-    phorge: Phorge, delivery_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    phorge: Phorge, delivery_config: Any, tmp_path: Path
 ) -> None:
-    """The differential test through the real worker: each odd answer's row holds what PHP would store."""
+    """The differential test through the real worker: each odd answer's row holds what PHP would store, the
+    throwaway CA trusted as a Phorge administrator trusts a private CA (arcanist's custom.pem)."""
     tls = TlsFiles.make(tmp_path)
-    monkeypatch.setattr(curl, "CA_FILE", str(tls.ca))
+    tree = arcanist_tree(tmp_path, custom=tls.ca)
+    trust = load_config({"GORGE_WEBHOOK_ARCANIST_ROOT": str(tree)}).delivery.trust
     expected: dict[str, tuple[str, int]] = {}
     requests: dict[str, list[str]] = {}
     with contextlib.ExitStack() as stack:
         for case in CASES:
             server = stack.enter_context(CaseServer(case, tls))
             urls = [server.url()] * case.requests
-            recorded = php_records(urls, b"{}", "0" * 64, timeout=delivery_config.delivery_timeout, cacert=tls.ca)
+            recorded = php_records(
+                urls,
+                b"{}",
+                "0" * 64,
+                timeout=delivery_config.delivery_timeout,
+                cacert=tree / "resources/ssl/custom.pem",
+            )
             expected[case.name] = (recorded[-1].error_type, recorded[-1].error_code)
             hook = phorge.hook(server.url(), name=case.name)
             requests[case.name] = [phorge.request(hook) for _ in range(case.requests)]
-        build_worker(dataclasses.replace(delivery_config, outbound_blacklist=()), once=True).run()
+        build_worker(dataclasses.replace(delivery_config, outbound_blacklist=(), trust=trust), once=True).run()
     written = {name: _properties_error(phorge.row(phids[-1])) for name, phids in requests.items()}
     assert written == expected
 

@@ -76,6 +76,12 @@ ABSURD = [
         ("GORGE_WEBHOOK_OUTBOUND_BLACKLIST", "10.0.0.0/8,nope", "GORGE_WEBHOOK_OUTBOUND_BLACKLIST: 'nope' is not"),
         ("GORGE_WEBHOOK_SILENT", "maybe", "GORGE_WEBHOOK_SILENT: expected true or false"),
         ("LOG_FORMAT", "xml", "LOG_FORMAT: expected text or json"),
+        (
+            "GORGE_WEBHOOK_CA_BUNDLE",
+            "/nonexistent/ca.pem",
+            "GORGE_WEBHOOK_CA_BUNDLE: the CA bundle /nonexistent/ca.pem",
+        ),
+        ("GORGE_WEBHOOK_PROXY", "socks4://proxy:1080", "GORGE_WEBHOOK_PROXY: expected a proxy URL starting with"),
     ],
 )
 @pytest.mark.slow

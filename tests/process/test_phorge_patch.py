@@ -11,12 +11,17 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support import ROOT
+from tests.support.service_uris import SERVICE_URIS, UNSET, VALID
 from webhook_delivery.phorge.config import LocalRead, resolve
+from webhook_delivery.phorge.delegation import SERVICE_URI, service_uri_problem
 from webhook_delivery.phorge.formats import load_config
+
+SERVICE_URIS_VERDICT = {json.dumps(value): verdict for value, verdict in SERVICE_URIS}
 
 PATCH = ROOT / "contrib" / "phorge" / "gorge-webhook.patch"
 PREDICATE = "src/extensions/gorge-webhook/HeraldGorgeWebhookDelivery.php"
@@ -24,26 +29,39 @@ GUARDED = {
     "src/applications/herald/storage/HeraldWebhookRequest.php": "      return $this;",
     "src/applications/herald/worker/HeraldWebhookWorker.php": "      return;",
 }
-# Phorge's configuration reader and libphutil's string test, as far as the predicate uses them: Phorge has
-# validated each value by then (a bool for phabricator.silent; a string or null for gorge.webhook.uri).
+# Phorge's configuration reader and pht(), as far as the patch's predicate uses them: the values as stored
+# (getUnrepairedEnvConfig), which may be anything a hand-written local.json holds. Each call is [method, args]
+# or, for isDelegated, [config]; its answer, or the exception it threw, comes back in order.
 STAND_IN = """<?php
 class Phobject {}
 final class PhabricatorEnv {
   public static $config = array();
+  public static function getUnrepairedEnvConfig($key, $default = null) {
+    return array_key_exists($key, self::$config) ? self::$config[$key] : $default;
+  }
   public static function getEnvConfig($key) {
-    return self::$config[$key];
+    throw new Exception('the predicate reads the values as stored');
   }
 }
-function phutil_nonempty_string($value) {
-  return ($value !== null && $value !== '');
+function pht($format, ...$args) {
+  return vsprintf($format, $args);
 }
 require $argv[1];
-$decided = array();
-foreach (json_decode($argv[2], true) as $config) {
-  PhabricatorEnv::$config = $config;
-  $decided[] = HeraldGorgeWebhookDelivery::isDelegated();
+$answers = array();
+foreach (json_decode(file_get_contents($argv[2]), true) as $call) {
+  try {
+    if ($call[0] === 'isDelegated') {
+      PhabricatorEnv::$config = $call[1];
+      $answers[] = HeraldGorgeWebhookDelivery::isDelegated();
+    } else {
+      $answers[] = call_user_func_array(
+        array('HeraldGorgeWebhookDelivery', $call[0]), $call[1]);
+    }
+  } catch (Throwable $ex) {
+    $answers[] = array('threw' => get_class($ex));
+  }
 }
-echo json_encode($decided);
+echo json_encode($answers);
 """
 
 
@@ -91,6 +109,7 @@ def test_the_edits_to_phorge_are_the_two_guards_and_the_options_keep_the_seeds_n
     assert "newOption('gorge.webhook.token', 'string', null)" in options
     check = "\n".join(found["src/extensions/gorge-webhook/HeraldGorgeWebhookSetupCheck.php"][1])
     assert all(part in check for part in ("'/readyz'", "'/api/webhook/stats'", "'X-Service-Token'", "'php_delivery'"))
+    assert all(f"'gorge.webhook.{key}'" in check for key in ("invalid", "cleartext", "redirect"))
 
 
 @pytest.mark.needs_tool("php")
@@ -102,24 +121,77 @@ def test_every_php_file_the_patch_adds_passes_php_lint(tmp_path: Path) -> None:
         assert done.returncode == 0 and "No syntax errors detected" in done.stdout, path + done.stdout + done.stderr
 
 
-@pytest.mark.needs_tool("php")
-def test_the_predicate_run_by_php_decides_as_the_service_reads_the_settings(tmp_path: Path) -> None:
-    uris = [None, "", "http://gorge-webhook:8160/", "https://gorge.example.com/"]
-    cases = [{"phabricator.silent": silent, "gorge.webhook.uri": uri} for uri in uris for silent in (False, True)]
-    harness = tmp_path / "harness.php"
+def run_predicate(tmp_path: Path, calls: list[tuple[str, Any]]) -> list[Any]:
+    """The patch's HeraldGorgeWebhookDelivery, run by PHP over `calls`: what each returned."""
+    harness, values = tmp_path / "harness.php", tmp_path / "calls.json"
     harness.write_text(STAND_IN)
+    values.write_text(json.dumps(calls))
     done = subprocess.run(
-        ["php", str(harness), str(added(tmp_path)[PREDICATE]), json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        ["php", str(harness), str(added(tmp_path)[PREDICATE]), str(values)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    php = json.loads(done.stdout)
-    assert php == [case["gorge.webhook.uri"] not in (None, "") and not case["phabricator.silent"] for case in cases]
+    answers: list[Any] = json.loads(done.stdout)
+    assert len(answers) == len(calls)
+    return answers
+
+
+@pytest.mark.needs_tool("php")
+def test_the_php_predicate_names_the_same_problem_as_the_service_for_every_value(tmp_path: Path) -> None:
+    """The shared table: each value's problem (None for an unset value or a base URI) in the PHP's words and
+    the service's, and never an exception."""
+    problems = run_predicate(tmp_path, [("getURIProblem", [value]) for value, _expected in SERVICE_URIS])
+    expected = [None if verdict in (UNSET, VALID) else verdict for _value, verdict in SERVICE_URIS]
+    assert problems == expected
+    assert [service_uri_problem(value) for value, _verdict in SERVICE_URIS] == expected
+
+
+@pytest.mark.needs_tool("php")
+def test_the_predicate_run_by_php_decides_as_the_service_reads_the_settings(tmp_path: Path) -> None:
+    """isDelegated() over every value of the table, silenced or not, read as stored: PHP's answer (never an
+    exception, whatever the value) is the service's."""
+    cases = [
+        {"phabricator.silent": silent, SERVICE_URI: value}
+        for value, _verdict in SERVICE_URIS
+        for silent in (False, True)
+    ]
+    cases.append({"phabricator.silent": "yes", SERVICE_URI: "http://gorge-webhook:8160/"})  # PHP's truthiness
+    cases.append({"phabricator.silent": False})  # the option never written
+    php = run_predicate(tmp_path, [("isDelegated", case) for case in cases])
+    assert php == [
+        not case["phabricator.silent"] and SERVICE_URIS_VERDICT.get(json.dumps(case.get(SERVICE_URI))) == VALID
+        for case in cases
+    ]
     unset = load_config({}).delivery
     service = [
         resolve(unset, LocalRead("local.json", dict(case)), None, "table").delegation.state == "delegated"
         for case in cases
     ]
     assert service == php
+
+
+@pytest.mark.needs_tool("php")
+def test_the_setup_checks_helpers_tell_cleartext_and_redirects_to_https(tmp_path: Path) -> None:
+    cleartext = {
+        "http://gorge-webhook:8160/": True,
+        "http://10.0.0.5/": True,
+        "http://127.0.0.1:8160/": False,
+        "http://127.1.2.3/": False,
+        "http://localhost:8160/": False,
+        "http://LocalHost./": False,
+        "http://[::1]:8160/": False,
+        "http://[::2]/": True,
+        "https://gorge.example.com/": False,
+    }
+    redirects = {
+        "https://gorge.example.com/api/webhook/stats": "https://gorge.example.com/",
+        "https://gorge-webhook:8160/readyz": "https://gorge-webhook:8160/",
+        "https://[::1]:8443/x?y": "https://[::1]:8443/",
+        "http://gorge.example.com/api/webhook/stats": None,
+        "/api/webhook/stats": None,
+        None: None,
+    }
+    answers = run_predicate(
+        tmp_path,
+        [("isCleartextURI", [uri]) for uri in cleartext] + [("getRedirectedURI", [uri]) for uri in redirects],
+    )
+    assert answers == [*cleartext.values(), *redirects.values()]

@@ -30,10 +30,11 @@ class Recorded:
 
 
 def php_records(
-    urls: list[str], body: bytes, signature: str, *, timeout: float, cacert: Path | None = None
+    urls: list[str], body: bytes, signature: str, *, timeout: float, cacert: Path | None = None, proxy: str = ""
 ) -> list[Recorded]:
     """One curl run over `urls` in turn (reusing its connections, as a PHP worker's pooled handle does), and
-    what PHP records of each transfer."""
+    what PHP records of each transfer: with `cacert`, HTTPSFuture's CURLOPT_CAINFO (the bundle it found);
+    with `proxy`, the CURLOPT_PROXY a Phorge HTTP engine extension gives it."""
     with tempfile.TemporaryDirectory(prefix="curl-oracle-") as scratch:
         directory = Path(scratch)
         (directory / "body").write_bytes(body)
@@ -70,6 +71,8 @@ def php_records(
         ]
         if cacert is not None:
             command += ["--cacert", str(cacert)]
+        if proxy:
+            command += ["--proxy", proxy, "--noproxy", ""]  # not the proxy variables of the test's environment
         for index, url in enumerate(urls):
             command += ["--output", str(directory / f"raw{index}"), url]
         run = subprocess.run(command, capture_output=True, timeout=timeout * len(urls) + 10, check=False)

@@ -22,6 +22,7 @@ from django.core.management import call_command
 from django.db import connections
 
 from tests.support import testdb
+from tests.support.arcanist import arcanist_tree
 from tests.support.waiting import wait_for
 from webhook_delivery.phorge import seeding
 from webhook_delivery.phorge.herald import RequestRow
@@ -185,9 +186,12 @@ CHROMIUM_ARGS = [
 
 def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The documented production environment: DEBUG unset, a long random key, real host names, Phorge's
-    local.json given (as `bin/config set` leaves it)."""
+    install mounted as Phorge's docs lay it out (phorge/ with the local.json `bin/config set` leaves, and
+    arcanist/ beside it, where the CA bundle PHP uses is)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("GORGE_", "DJANGO_", "DEBUG"))}
-    local = tmp_path / "local.json"
+    local = tmp_path / "phorge" / "conf" / "local" / "local.json"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    arcanist_tree(tmp_path)
     local.write_text('{\n    "mysql.host": "db",\n    "phabricator.base-uri": "https://phorge.example.org/"\n}\n')
     env.update(
         GORGE_WEBHOOK_PHORGE_LOCAL_CONFIG=str(local),

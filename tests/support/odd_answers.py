@@ -180,9 +180,49 @@ class CaseServer:
         self.server.__exit__(*exc)
 
 
+class Redirects:
+    """A receiver that writes down the head and body of every request it gets: /final answers 200,
+    /r<code> redirects there with that status, /loop redirects to itself, /away to `elsewhere`."""
+
+    def __init__(self, host: str = "127.0.0.1", tls: TlsFiles | None = None) -> None:
+        self.heads: list[bytes] = []
+        self.bodies: list[bytes] = []
+        self.elsewhere = ""
+        self.scheme = "https" if tls else "http"
+        self.host = host
+        self.server = RawServer(self._handle, host=host, wrap=tls.wrapper("ok") if tls else None)
+
+    def _handle(self, sock: socket.socket) -> None:
+        buffer = b""
+        while (message := read_message(sock, buffer)) is not None:
+            head, body, buffer = message
+            self.heads.append(head)
+            self.bodies.append(body)
+            path = head.split(b" ", 2)[1]
+            if path == b"/final":
+                sock.sendall(OK)
+            else:
+                status, target = (b"302", path) if path in (b"/loop", b"/away") else (path[2:], b"/final")
+                if path == b"/away":
+                    target = self.elsewhere.encode()
+                sock.sendall(b"HTTP/1.1 %s Moved\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n" % (status, target))
+            if b"\r\nconnection: close" in head.lower():  # as a proxy asks: else it relays the next request raw
+                return
+
+    def url(self, path: str) -> str:
+        return f"{self.scheme}://{self.host}:{self.server.port}{path}"
+
+    def __enter__(self) -> Redirects:
+        self.server.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.__exit__(*exc)
+
+
 @dataclass(frozen=True)
 class TlsFiles:
-    """A throwaway CA and a server certificate for localhost and 127.0.0.1 signed by it."""
+    """A throwaway CA and a server certificate for localhost, 127.0.0.1 and 127.0.0.3 signed by it."""
 
     ca: Path
     cert: Path
@@ -201,7 +241,7 @@ class TlsFiles:
         for command in run:
             subprocess.run(command, check=True, capture_output=True)
         extensions = directory / "san.cnf"
-        extensions.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        extensions.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1,IP:127.0.0.3\n")
         subprocess.run(
             ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
              "-out", str(cert), "-days", "1", "-extfile", str(extensions)],

@@ -13,6 +13,8 @@ from contextlib import closing
 from pathlib import Path
 
 from tests.support.rawserver import RawServer, read_request
+from webhook_delivery.phorge.cabundle import CaBundle
+from webhook_delivery.phorge.netguard import system_resolver
 from webhook_delivery.worker import curl
 
 ZEROS = 1 << 24  # each block below inflates to 16 MiB
@@ -27,6 +29,7 @@ def _gzip_blocks() -> tuple[bytes, bytes]:
     return first, again
 
 
+SYSTEM_STORE = CaBundle(None, "variable", "GORGE_WEBHOOK_CA_BUNDLE=system")
 FIRST, AGAIN = _gzip_blocks()
 GZIP_HEAD = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nConnection: close\r\n"
 
@@ -36,10 +39,14 @@ def exchange(handles: curl.Handles, port: int, owner: str = "PHID-HWBH-cost", *,
         owner,
         url=f"http://127.0.0.1:{port}/x".encode(),
         pin=None,
+        proxy_addresses=(),
         body=b"{}",
         headers=["Content-Type: application/json"],
         timeout_ms=timeout_ms,
         blacklist=(),
+        ca=SYSTEM_STORE,
+        proxy=None,
+        resolver=system_resolver,
     )
 
 

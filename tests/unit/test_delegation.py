@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.service_uris import SERVICE_URIS, VALID
+from tests.support.service_uris import UNSET as UNSET_URI
 from webhook_delivery.phorge.config import LocalRead, PhorgeConfig, resolve
-from webhook_delivery.phorge.delegation import FORK_OWNER, SERVICE_URI
+from webhook_delivery.phorge.delegation import FORK_OWNER, SERVICE_URI, service_uri_problem
 from webhook_delivery.phorge.formats import load_config
 
 UNSET = load_config({}).delivery  # no GORGE_WEBHOOK_SILENT, no local file
@@ -75,18 +77,33 @@ def test_silent_mode_comes_first_as_in_the_predicate() -> None:
     assert undeclared.state == "unknown" and undeclared.why.endswith("but phabricator.silent is unknown")
 
 
-@pytest.mark.parametrize("value", ["ftp://gorge/", "http://", "gorge-webhook:8160", "/relative", 8160, True, None])
-def test_a_value_phorge_replaces_by_its_default_is_not_set(value: Any) -> None:
+@pytest.mark.parametrize(("value", "verdict"), SERVICE_URIS, ids=[repr(value) for value, _verdict in SERVICE_URIS])
+def test_each_value_reads_as_the_patchs_predicate_reads_it(value: Any, verdict: str) -> None:
+    """The table the patch's PHP is run over too (tests/process/test_phorge_patch.py): a base URI delegates,
+    an unset value does not, and an invalid one does not either, its problem named where it is shown."""
     resolved = read(LocalRead(FILE, {SERVICE_URI: value}), None)
-    assert resolved.delegation.state == "not delegated"
-    assert row(resolved, SERVICE_URI)[1].endswith("not set")
+    assert service_uri_problem(value) == (None if verdict in (UNSET_URI, VALID) else verdict)
+    if verdict == VALID:
+        assert (resolved.delegation.state, row(resolved, SERVICE_URI)[1]) == ("delegated", "set")
+    elif verdict == UNSET_URI:
+        assert (resolved.delegation.state, row(resolved, SERVICE_URI)[1]) == ("not delegated", "not set")
+    else:
+        assert (resolved.delegation.state, row(resolved, SERVICE_URI)[1]) == ("not delegated", f"invalid: {verdict}")
+        assert resolved.delegation.why.startswith(
+            f"gorge.webhook.uri is invalid: {verdict}, which Phorge's web and its daemons read as not set (local "
+            f"file {FILE}): Phorge's PHP worker gets a task for every request"
+        )
 
 
 def test_the_uri_itself_is_never_shown() -> None:
-    resolved = read(LocalRead(FILE, {SERVICE_URI: "https://ops:s3cret@gorge.internal/"}), None)
-    assert resolved.delegation.state == "delegated"
-    shown = repr(resolved.summary()) + resolved.delegation.line
-    assert "s3cret" not in shown and "gorge.internal" not in shown
+    for value in (
+        "https://gorge.internal:8443/",
+        "https://ops:s3cret@gorge.internal/",
+        "http://gorge.internal/?t=s3cret",
+    ):
+        resolved = read(LocalRead(FILE, {SERVICE_URI: value}), None)
+        shown = repr(resolved.summary()) + resolved.delegation.line
+        assert "s3cret" not in shown and "gorge.internal" not in shown
 
 
 def test_the_forks_owner_option_decides_where_it_is_set() -> None:

@@ -9,24 +9,37 @@ import socket
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.arcanist import MOZILLA_ROOTS, arcanist_tree, bundle_in_force
 from tests.support.curl_oracle import php_records
-from tests.support.odd_answers import CASES, OK, Case, CaseServer, TlsFiles
-from tests.support.rawserver import RawServer, read_message, read_request
+from tests.support.odd_answers import CASES, OK, Case, CaseServer, Redirects, TlsFiles
+from tests.support.rawserver import RawServer, read_request
 from tests.support.receiver import Receiver
-from webhook_delivery.config import default_blacklist, parse_blacklist
+from webhook_delivery.config import Trust, default_blacklist, parse_blacklist
+from webhook_delivery.phorge.cabundle import CaBundle, CaBundleFile
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
-from webhook_delivery.worker import curl, transport
+from webhook_delivery.worker import transport
+
+SYSTEM_STORE = CaBundle(None, "variable", "GORGE_WEBHOOK_CA_BUNDLE=system")
 
 
-def attempt(uri: str, *, timeout: float = 2.0, blacklist: Any = (), resolver: Any = system_resolver) -> Any:
+def attempt(
+    uri: str,
+    *,
+    timeout: float = 2.0,
+    blacklist: Any = (),
+    resolver: Any = system_resolver,
+    ca: Any = SYSTEM_STORE,
+    owner: str = "PHID-HOOK-test",
+) -> Any:
     deadline = transport.Deadline.after(timeout)
     hop = transport.check_uri(uri, blacklist, resolver, deadline)
     return transport.post(
-        uri, b'{"x": 1}\n', "0" * 64, owner="PHID-HOOK-test", first_hop=hop, blacklist=blacklist, deadline=deadline
+        uri, b'{"x": 1}\n', "0" * 64, owner=owner, first_hop=hop, blacklist=blacklist, deadline=deadline, ca=ca
     )
 
 
@@ -90,11 +103,7 @@ def test_a_hooks_pin_holds_until_its_addresses_change_and_then_a_fresh_connectio
             url = f"http://pinned.invalid:{first.port}/pin/ok"
 
             def deliver() -> Any:
-                deadline = transport.Deadline.after(2.0)
-                hop = transport.check_uri(url, (), resolver, deadline)
-                return transport.post(
-                    url, b"{}", "0" * 64, owner="PHID-HOOK-pin", first_hop=hop, blacklist=(), deadline=deadline
-                )
+                return attempt(url, resolver=resolver, owner="PHID-HOOK-pin")
 
             assert [deliver() for _ in range(3)] == [outcome(200)] * 3
             where["address"] = "127.0.0.2"
@@ -202,13 +211,33 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
     return TlsFiles.make(tmp_path_factory.mktemp("tls"))
 
 
-def test_tls_is_verified_by_host_name_on_the_pinned_address(tls: TlsFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tls_is_verified_by_host_name_on_the_pinned_address(tls: TlsFiles, tmp_path: Path) -> None:
+    trusted = bundle_in_force(GORGE_WEBHOOK_CA_BUNDLE=str(tls.ca))
     with CaseServer(Case("tls", (OK,) * 3, tls="ok"), tls) as server:
         assert attempt(server.url("localhost")) == outcome(60)  # unknown issuer
-        monkeypatch.setattr(curl, "CA_FILE", str(tls.ca))
-        assert attempt(server.url("localhost")) == outcome(200)
+        assert attempt(server.url("localhost"), ca=trusted) == outcome(200)
     with RawServer(_respond(OK), host="127.0.0.2", wrap=tls.wrapper("ok")) as server:
         assert attempt(f"https://127.0.0.2:{server.port}/x") == outcome(60)  # not a name the certificate has
+
+
+def test_a_changed_bundle_leaves_no_connection_verified_under_the_old_one(tls: TlsFiles, tmp_path: Path) -> None:
+    """The hook's kept TLS connection was verified against custom.pem; once custom.pem no longer trusts the
+    receiver's CA, the next delivery is verified again, on a new connection, and fails as PHP's would."""
+    tree = arcanist_tree(tmp_path, custom=tls.ca)
+    custom = tree / "resources" / "ssl" / "custom.pem"
+    now = [0.0]
+    watched = CaBundleFile(Trust(arcanist=str(tree), arcanist_from="GORGE_WEBHOOK_ARCANIST_ROOT"), clock=lambda: now[0])
+    with CaseServer(Case("kept", (OK,) * 10, tls="ok"), tls) as server:
+        url = server.url("localhost")
+        assert [attempt(url, ca=watched.current()) for _ in range(2)] == [outcome(200)] * 2
+        assert server.server.connections == 1
+        custom.write_bytes(MOZILLA_ROOTS.read_bytes())
+        now[0] += 1.0
+        assert attempt(url, ca=watched.current()) == outcome(60)
+        custom.write_bytes(tls.ca.read_bytes())
+        now[0] += 1.0
+        assert attempt(url, ca=watched.current()) == outcome(200)
+        assert server.server.connections == 3
 
 
 def test_tls_handshake_failure_is_http_35() -> None:
@@ -260,67 +289,81 @@ def test_ipaddress_literal_never_touches_the_resolver() -> None:
 BODY, SIGNATURE = b'{"x": 1}\n', "5" * 64
 
 
-def deliver(urls: list[str], owner: str, *, timeout: float = 3.0) -> list[tuple[str, int]]:
+def deliver(urls: list[str], owner: str, *, timeout: float = 3.0, ca: CaBundle = SYSTEM_STORE) -> list[tuple[str, int]]:
     """Each URL in turn on the hook `owner`'s connections, as the worker delivers a hook's rows."""
     results = []
     for url in urls:
         deadline = transport.Deadline.after(timeout)
         hop = transport.check_uri(url, (), system_resolver, deadline)
-        http = transport.post(url, BODY, SIGNATURE, owner=owner, first_hop=hop, blacklist=(), deadline=deadline)
+        http = transport.post(url, BODY, SIGNATURE, owner=owner, first_hop=hop, blacklist=(), deadline=deadline, ca=ca)
         results.append((http.error_type, http.error_code))
     return results
 
 
-def php(urls: list[str], tls: TlsFiles, *, timeout: float = 3.0) -> list[tuple[str, int]]:
-    return [(r.error_type, r.error_code) for r in php_records(urls, BODY, SIGNATURE, timeout=timeout, cacert=tls.ca)]
+def php(urls: list[str], ca: CaBundle, *, timeout: float = 3.0) -> list[tuple[str, int]]:
+    """What PHP records: the real curl given the bundle as HTTPSFuture gives it to libcurl (`--cacert`)."""
+    cacert = None if ca.path is None else Path(ca.path)
+    return [(r.error_type, r.error_code) for r in php_records(urls, BODY, SIGNATURE, timeout=timeout, cacert=cacert)]
+
+
+@pytest.fixture(scope="module")
+def custom_pem(tls: TlsFiles, tmp_path_factory: pytest.TempPathFactory) -> CaBundle:
+    """The throwaway CA as a Phorge administrator trusts a private CA: arcanist's custom.pem."""
+    tree = arcanist_tree(tmp_path_factory.mktemp("phorge"), custom=tls.ca)
+    bundle = bundle_in_force(GORGE_WEBHOOK_ARCANIST_ROOT=str(tree))
+    assert bundle.path == str(tree / "resources" / "ssl" / "custom.pem")
+    return bundle
 
 
 @pytest.mark.needs_tool("curl", "php")
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_each_odd_answer_is_recorded_as_php_records_it(
-    case: Case, tls: TlsFiles, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(curl, "CA_FILE", str(tls.ca))
+def test_each_odd_answer_is_recorded_as_php_records_it(case: Case, tls: TlsFiles, custom_pem: CaBundle) -> None:
     with CaseServer(case, tls) as server:
         urls = [server.url()] * case.requests
-        expected = php(urls, tls)[-1]
+        expected = php(urls, custom_pem)[-1]
         if case.recorded is not None:  # the oracle gives what was measured with PHP's libcurl
             assert expected == case.recorded
-        assert deliver(urls, f"PHID-HOOK-{case.name}")[-1] == expected
+        assert deliver(urls, f"PHID-HOOK-{case.name}", ca=custom_pem)[-1] == expected
 
 
-class Redirects:
-    """A receiver that redirects /r<code> to /final with that status (and /loop to itself), and writes down
-    the head of every request it gets."""
+# Each TLS case with the CA not trusted; with it trusted, the handshake that completes (every TLS case with it
+# trusted is in the test above; tls-client-cert's refusal races the request, so it is run once there).
+TLS_GIVEN = [
+    *((given, case) for given in ("custom.pem", "GORGE_WEBHOOK_CA_BUNDLE") for case in CASES if case.tls == "ok"),
+    *((given, case) for given in ("neither", "no default.pem") for case in CASES if case.tls),
+]
 
-    def __init__(self) -> None:
-        self.heads: list[bytes] = []
-        self.bodies: list[bytes] = []
-        self.server = RawServer(self._handle)
 
-    def _handle(self, sock: socket.socket) -> None:
-        buffer = b""
-        while (message := read_message(sock, buffer)) is not None:
-            head, body, buffer = message
-            self.heads.append(head)
-            self.bodies.append(body)
-            path = head.split(b" ", 2)[1]
-            if path == b"/final":
-                sock.sendall(OK)
-            else:
-                status = b"302" if path == b"/loop" else path[2:]
-                target = b"/loop" if path == b"/loop" else b"/final"
-                sock.sendall(b"HTTP/1.1 %s Moved\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n" % (status, target))
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server.port}{path}"
-
-    def __enter__(self) -> Redirects:
-        self.server.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.__exit__(*exc)
+@pytest.mark.needs_tool("curl", "php")
+@pytest.mark.parametrize(("given", "case"), TLS_GIVEN, ids=[f"{given}-{case.name}" for given, case in TLS_GIVEN])
+def test_the_tls_cases_are_recorded_as_php_records_them_with_the_bundle_php_uses(
+    case: Case, given: str, tls: TlsFiles, tmp_path: Path
+) -> None:
+    """The CA given as an administrator gives it, or not at all: with arcanist's default.pem alone, PHP records
+    an unknown issuer (http/60); without default.pem (a packaging without it) libcurl's own store, the
+    system's, which does not know the throwaway CA either."""
+    tree = arcanist_tree(tmp_path, custom=tls.ca if given == "custom.pem" else None, default=given != "no default.pem")
+    env = {"GORGE_WEBHOOK_ARCANIST_ROOT": str(tree)}
+    if given == "GORGE_WEBHOOK_CA_BUNDLE":
+        env["GORGE_WEBHOOK_CA_BUNDLE"] = str(tls.ca)
+    bundle = bundle_in_force(**env)
+    assert (
+        bundle.path
+        == {
+            "custom.pem": str(tree / "resources/ssl/custom.pem"),
+            "GORGE_WEBHOOK_CA_BUNDLE": str(tls.ca),
+            "neither": str(tree / "resources/ssl/default.pem"),
+            "no default.pem": None,
+        }[given]
+    )
+    with CaseServer(case, tls) as server:
+        urls = [server.url()] * case.requests
+        expected = php(urls, bundle)[-1]
+        if given in ("neither", "no default.pem") and case.name != "tls-reset":  # reset before any certificate
+            assert expected == ("http", 60)
+        elif case.recorded is not None:
+            assert expected == case.recorded
+        assert deliver(urls, f"PHID-HOOK-{given}-{case.name}", ca=bundle)[-1] == expected
 
 
 def _fields(head: bytes) -> list[bytes]:
@@ -331,7 +374,7 @@ def _fields(head: bytes) -> list[bytes]:
 @pytest.mark.parametrize("path", ["/r300", "/r301", "/r302", "/r303", "/r304", "/r305", "/r307", "/r308", "/loop"])
 def test_redirects_are_followed_as_libcurl_follows_them_byte_for_byte(path: str, tls: TlsFiles) -> None:
     with Redirects() as server:
-        expected = php([server.url(path)], tls)
+        expected = php([server.url(path)], SYSTEM_STORE)
         by_curl = len(server.heads)
         assert deliver([server.url(path)], "PHID-HOOK-redirects") == expected
     assert [_fields(head) for head in server.heads[by_curl:]] == [_fields(head) for head in server.heads[:by_curl]]
@@ -350,11 +393,7 @@ def test_a_kept_connection_serves_only_under_the_blacklist_it_was_checked_agains
         url = hook.url("/hook/away")
 
         def deliver(blacklist: Any) -> Any:
-            deadline = transport.Deadline.after(2.0)
-            hop = transport.check_uri(url, blacklist, system_resolver, deadline)
-            return transport.post(
-                url, b"{}", "0" * 64, owner="PHID-HOOK-moved", first_hop=hop, blacklist=blacklist, deadline=deadline
-            )
+            return attempt(url, blacklist=blacklist, owner="PHID-HOOK-moved")
 
         assert [deliver(()) for _ in range(2)] == [outcome(200)] * 2
         with pytest.raises(InvalidURI):
@@ -372,7 +411,7 @@ def test_a_large_request_body_is_let_go_after_its_transfer() -> None:
         hop = transport.check_uri(url, (), system_resolver, deadline)
         references = sys.getrefcount(body)
         http = transport.post(
-            url, body, "0" * 64, owner="PHID-HOOK-big", first_hop=hop, blacklist=(), deadline=deadline
+            url, body, "0" * 64, owner="PHID-HOOK-big", first_hop=hop, blacklist=(), deadline=deadline, ca=SYSTEM_STORE
         )
         assert http == outcome(200)
         assert sys.getrefcount(body) == references

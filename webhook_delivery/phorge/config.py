@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,8 +26,9 @@ from ..config import (
     DeliveryConfig,
     IPNetwork,
     parse_blacklist,
-    read_local_file,
 )
+from ..egress import PROXY_VARIABLE, Proxy
+from .cabundle import CaBundle, CaBundleFile
 from .cluster import ClusterError, parse_cluster_databases
 from .columns import in_filter
 from .databases import (
@@ -45,6 +45,7 @@ from .delegation import DELEGATION_KEYS, SERVICE_URI, Delegation, decide, first_
 from .formats import configured_map, local_cluster_value
 from .herald import text
 from .netguard import local_gaps
+from .watched import LocalConfigFile, LocalRead
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +55,10 @@ BASE_URI = "phabricator.base-uri"
 COLLECTION = "phd.garbage-collection"
 SETTING_KEYS = (SILENT, BLACKLIST, BASE_URI, COLLECTION, *DELEGATION_KEYS)
 REQUEST_RETENTION_SEC = 7 * 86400  # Phorge's default for herald.webhooks in phd.garbage-collection
-LOCAL_FILE_RECHECK_SEC = 1.0
-LOCAL_FILE_REREAD_SEC = 30.0  # read again this often even when nothing about the file seems to change
 
-Source = Literal["variable", "local file", "database", "Phorge's default", "unknown"]
+Source = Literal["variable", "local file", "database", "Phorge's default", "arcanist", "unknown"]
+CA_BUNDLE = "CA bundle"  # the summary's rows of how deliveries leave this host
+PROXY = "outbound proxy"
 T = TypeVar("T")
 
 
@@ -110,15 +111,6 @@ class Resolved(Generic[T]):
 
 
 @dataclass(frozen=True)
-class LocalRead:
-    """What the local configuration file gave: its values, or why it could not be read."""
-
-    path: str
-    values: dict[str, Any] | None
-    problem: str = ""
-
-
-@dataclass(frozen=True)
 class PhorgeConfig:
     silent: Resolved[bool | None]
     blacklist: Resolved[tuple[IPNetwork, ...]]
@@ -128,6 +120,8 @@ class PhorgeConfig:
     switch: Resolved[bool | None] = Resolved(None, "unknown", "")  # the handover's switch: on = delegated
     switch_option: str = SERVICE_URI  # or the soulteary/phorge fork's gorge.webhook.owner, where it is set
     switch_text: str = "unknown"  # its value for people: set, not set, unknown (never the URI itself)
+    ca_bundle: Resolved[CaBundle | None] = Resolved(None, "unknown", "not looked for")  # the CA bundle PHP uses
+    proxy: Resolved[Proxy | None] = Resolved(None, "variable", f"{PROXY_VARIABLE} is not set")
 
     @property
     def defaults_looked(self) -> str:
@@ -141,7 +135,8 @@ class PhorgeConfig:
     @property
     def delegation(self) -> Delegation:
         """Whether Phorge's PHP hands each new request to this service (contrib/phorge's predicate)."""
-        return decide(self.switch_option, self.switch.value, self.switch.origin, self.silent.value, self.silent.origin)
+        switch, silent = self.switch, self.silent
+        return decide(self.switch_option, switch.value, switch.origin, silent.value, silent.origin, self.switch_text)
 
     @property
     def silent_unknown(self) -> bool:
@@ -177,16 +172,23 @@ class PhorgeConfig:
             (BLACKLIST, blacklist, self.blacklist),
             (BASE_URI, self.base_uri.value or "not set", self.base_uri),
             (f"{COLLECTION} herald.webhooks", kept, self.retention),
+            (CA_BUNDLE, self.ca_bundle.value.shown if self.ca_bundle.value else "unknown", self.ca_bundle),
+            (PROXY, self.proxy.value.shown if self.proxy.value else "none", self.proxy),
             (self.switch_option, self.switch_text, self.switch),
         ]
 
 
 def resolve(
-    config: DeliveryConfig, local: LocalRead | None, database: dict[str, Any] | None, table: str
+    config: DeliveryConfig,
+    local: LocalRead | None,
+    database: dict[str, Any] | None,
+    table: str,
+    ca_bundle: CaBundle | None = None,
 ) -> PhorgeConfig:
     """Pure: each setting from the variable, then the local file, then the database, then Phorge's default.
 
-    `local` is None when no file is configured; `database` None when the table cannot be read.
+    `local` is None when no file is configured; `database` None when the table cannot be read; `ca_bundle`
+    is the bundle in force (cabundle.py; None: not looked for).
     """
     layers: list[tuple[Source, str, dict[str, Any]]] = []
     if local is not None and local.values is not None:
@@ -255,6 +257,12 @@ def resolve(
         switch=switch,
         switch_option=option,
         switch_text=shown,
+        ca_bundle=Resolved(None, "unknown", "not looked for")
+        if ca_bundle is None
+        else Resolved(ca_bundle, ca_bundle.origin, ca_bundle.where),
+        proxy=Resolved(config.proxy, "variable", PROXY_VARIABLE)
+        if config.proxy is not None
+        else Resolved(None, "variable", f"{PROXY_VARIABLE} is not set"),
     )
 
 
@@ -279,42 +287,6 @@ def _networks(value: Any) -> tuple[IPNetwork, ...] | None:
         return parse_blacklist(json.dumps(value)) if value else ()
     except ValueError:
         return None
-
-
-class LocalConfigFile:
-    """Phorge's `conf/local/local.json`, re-read whenever the file changes (checked at most once a second).
-
-    The file is a JSON object of option to value as `bin/config set` writes it (`[]` once every key was
-    deleted). Anything else, a missing file included, is a problem reported with the path: the variable
-    says the file is there, so its absence is a wrong mount, not an empty configuration.
-    """
-
-    def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.path = path
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._checked = float("-inf")
-        self._stamp: tuple[int, ...] | None = None
-        self._loaded = float("-inf")
-        self._read = LocalRead(path, None, "not read yet")
-
-    def read(self) -> LocalRead:
-        with self._lock:
-            if self._clock() - self._checked < LOCAL_FILE_RECHECK_SEC:
-                return self._read
-            self._checked = self._clock()
-            try:
-                info = os.stat(self.path)
-            except OSError as exc:
-                self._stamp, self._read = None, LocalRead(self.path, None, exc.strerror or type(exc).__name__)
-                return self._read
-            # A chmod or chown changes ctime only; the forced re-read notices what no stamp shows (an ACL).
-            stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_mode)
-            stale = self._clock() - self._loaded >= LOCAL_FILE_REREAD_SEC
-            if stamp != self._stamp or self._read.values is None or stale:
-                values, problem = read_local_file(self.path)
-                self._stamp, self._read, self._loaded = stamp, LocalRead(self.path, values, problem), self._clock()
-            return self._read
 
 
 class ConfigDatabase:
@@ -420,8 +392,9 @@ class PhorgeSettings:
         self.config = config
         self.database = ConfigDatabase(config.namespace, connection=connection, ttl=ttl, clock=clock, masters=masters)
         self.local = LocalConfigFile(config.phorge_local_config, clock=clock) if config.phorge_local_config else None
+        self.trust = CaBundleFile(config.trust, clock=clock)
         self._lock = threading.Lock()
-        self._cached: tuple[tuple[LocalRead | None, dict[str, Any] | None], PhorgeConfig] | None = None
+        self._cached: tuple[tuple[LocalRead | None, dict[str, Any] | None, CaBundle], PhorgeConfig] | None = None
         self._reported: dict[str, tuple[str, str]] = {}
         self._map_checked: LocalRead | None = None
         self._map_change_said = False
@@ -429,14 +402,19 @@ class PhorgeSettings:
     def current(self) -> PhorgeConfig:
         local = None if self.local is None else self.local.read()
         database = self.database.values()
+        bundle = self.trust.current()
         cached = self._cached
-        if cached is not None and cached[0][0] is local and cached[0][1] is database:
-            return cached[1]  # both sources hand back the same objects until they change
-        resolved = resolve(self.config, local, database, self.database.table)
+        if cached is not None and all(a is b for a, b in zip(cached[0], (local, database, bundle), strict=True)):
+            return cached[1]  # the sources hand back the same objects until they change
+        resolved = resolve(self.config, local, database, self.database.table, bundle)
         self._report(resolved)
         self._report_map(local)  # before caching: after an outage here the next call says it again
-        self._cached = ((local, database), resolved)
+        self._cached = ((local, database, bundle), resolved)
         return resolved
+
+    def ca_bundle(self) -> CaBundle:
+        """For Dispatcher(ca_bundle=...): the CA bundle in force, as the files are now (no database read)."""
+        return self.trust.current()
 
     def silent(self) -> bool | None:
         """For Dispatcher(silent=...): True, False, or None when unknown."""

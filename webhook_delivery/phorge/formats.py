@@ -1,12 +1,14 @@
 """The service's settings written in Phorge's own formats, read on Phorge's side and handed to
 config.load_config already read (`PHORGE_FORMATS`; `load_config` here passes it): the partition map (Phorge's
 `cluster.databases`, in GORGE_WEBHOOK_CLUSTER_DATABASES or in Phorge's local file) with the database URL of
-every other master, and the delivery-id list (GORGE_WEBHOOK_DELIVERY_ID_HOOKS). Pure: no Django import.
+every other master, the delivery-id list (GORGE_WEBHOOK_DELIVERY_ID_HOOKS), and where the CA bundle PHP uses
+is looked for (arcanist as Phorge's install lays it out, cabundle.py). Pure: no Django import.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -20,8 +22,10 @@ from ..config import (
     ClusterMap,
     ConfigError,
     LoadedConfig,
+    Trust,
     read_local_file,
 )
+from .cabundle import ARCANIST_VARIABLE, CA_BUNDLE_VARIABLE, CAINFO_VARIABLE, choose, trust_from, unreadable
 from .cluster import HERALD, ClusterDatabases, ClusterError, loads_cluster_databases, parse_cluster_databases
 from .delivery_id import DeliveryIdHooks, parse_delivery_id_hooks
 
@@ -71,6 +75,21 @@ def _cluster(
 
 class PhorgeFormats:
     """config.PhorgeFormats, read as Phorge reads them."""
+
+    def trust(self, raw: Callable[[str], str], local_config: str) -> tuple[Trust, list[ConfigError]]:
+        errors = []
+        arcanist = raw(ARCANIST_VARIABLE)
+        if arcanist and not os.path.isdir(arcanist):
+            errors.append(ConfigError(ARCANIST_VARIABLE, "expected arcanist's directory (it holds resources/ssl/)"))
+            arcanist = ""
+        trust = trust_from(raw(CA_BUNDLE_VARIABLE), arcanist, local_config, raw(CAINFO_VARIABLE))
+        bundle = choose(trust)
+        problem = "" if bundle.path is None else unreadable(bundle.path)
+        if problem:
+            errors.append(
+                ConfigError(bundle.variable, f"the CA bundle {bundle.path} ({bundle.where}) cannot be used: {problem}")
+            )
+        return trust, errors
 
     def delivery_id_hooks(self, raw: str) -> DeliveryIdHooks:
         return parse_delivery_id_hooks(raw)

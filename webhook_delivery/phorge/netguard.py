@@ -63,7 +63,7 @@ def _valid_hostname(host: str) -> bool:
     return all(ch.isalnum() or ch in ".-" for ch in host)
 
 
-def _ascii_hostname(host: str) -> str:
+def ascii_hostname(host: str) -> str:
     """The name to resolve: IDNA 2008 for international names; every label 1..63 bytes, 253 in all."""
     if not host.isascii():
         try:
@@ -98,7 +98,7 @@ def parse_target(uri: str) -> Target:
     elif not _valid_hostname(host):
         raise InvalidURI("invalid host")
     else:
-        host = _ascii_hostname(host)
+        host = ascii_hostname(host)
     if port is None:
         port = 443 if parts.scheme == "https" else 80
     if port == 0:
@@ -256,3 +256,11 @@ def resolve_allowed(
     if any(is_blocked(address, blacklist) for address in addresses):
         raise InvalidURI("host resolves into the outbound blacklist")
     return tuple(addresses)
+
+
+def check_host(host: str, port: int, blacklist: Sequence[IPNetwork], resolver: Resolver, timeout: float) -> None:
+    """A later hop's host (from libcurl's URL parser: an IP literal, or a name read as a hook's host is),
+    checked as the first hop's is. Raises InvalidURI, TemporaryDNSFailure or ResolveTimeout."""
+    literal = _ip_literal(host)
+    name = host if literal is not None else ascii_hostname(host)
+    resolve_allowed(Target("", name, port, "/", ""), blacklist, resolver, timeout)

@@ -33,6 +33,7 @@ class CurlError(Enum):
 
     UNSUPPORTED_PROTOCOL = 1, "malformed response"  # also Phorge's own code for an answer it cannot parse
     URL_MALFORMAT = 3, "malformed URL"
+    COULDNT_RESOLVE_PROXY = 5, "could not resolve the proxy"
     COULDNT_RESOLVE_HOST = 6, "could not resolve host"
     COULDNT_CONNECT = 7, "could not connect"
     WEIRD_SERVER_REPLY = 8, "unreadable reply"
@@ -45,6 +46,8 @@ class CurlError(Enum):
     SEND_ERROR = 55, "send failed"
     RECV_ERROR = 56, "connection reset"
     PEER_FAILED_VERIFICATION = 60, "certificate not trusted"
+    SSL_CACERT_BADFILE = 77, "CA bundle unreadable"
+    PROXY = 97, "refused by the proxy"
 
     def __init__(self, number: int, label: str | None) -> None:
         self.number = number

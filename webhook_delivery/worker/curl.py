@@ -11,6 +11,11 @@ Debian 12's 7.88.1 is what its php8.2-curl links).
   only while no bytes that no request asked for wait on them.
 * The first hop's host name is pinned to the addresses the dispatcher checked (CURLOPT_RESOLVE): no second
   lookup. libcurl follows redirects as HTTPSFuture makes it (20 at most, http and https only).
+* Certificates are verified against the CA bundle PHP uses (phorge/cabundle.py), set on each handle: a
+  handle made under another bundle, or before the bundle's file changed, is replaced with its connections.
+* With an outbound proxy (GORGE_WEBHOOK_PROXY), libcurl connects to the proxy, pinned to the addresses
+  looked up for this transfer and the only ones exempt from the blacklist; each hop's host is checked
+  before the proxy is asked for it (proxy.py).
 * The answer: the buffer PHP would hold (every header block, then the body) judged as Phorge judges it
   (phorge/rawanswer.py); the body counted and dropped but for its first bytes, a gzip body checked as it
   streams, within a budget per attempt (GZIP_OUTPUT_MAX inflated, GZIP_CPU_MAX_SEC of the thread's CPU).
@@ -30,6 +35,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,8 +44,11 @@ from typing import Any
 import pycurl
 
 from ..config import IPNetwork
-from ..phorge.netguard import IPAddress, is_blocked, parse_ip
+from ..egress import Proxy
+from ..phorge.cabundle import CaBundle
+from ..phorge.netguard import IPAddress, Resolver, is_blocked, parse_ip
 from ..phorge.rawanswer import GzipCheck, final_head, gzdecodes, strip_redirects
+from .proxy import ProxyHops
 
 LIBCURL_VERSION = str(pycurl.version_info()[1])  # what PHP's curl_version() says on the same system
 # HTTPSFuture's agent names the libcurl PHP runs on ("Arcanist/1.0 cURL/7.88.1" on Debian 12, as in Phorge's
@@ -59,7 +68,6 @@ HEADS_KEPT = 1024 * 1024  # every header block of one transfer; libcurl allows 3
 IDLE_HEADERS_MAX = 8 * 1024  # header bytes of the last answer above which a handle is closed, not kept
 GZIP_OUTPUT_MAX = 16 * 1024 * 1024  # bytes a gzip body is inflated to, at most, in one attempt
 GZIP_CPU_MAX_SEC = 0.25  # CPU time (the delivering thread's) spent inflating, at most, in one attempt
-CA_FILE: str | None = None  # None: libcurl's own CA store (the system's)
 
 
 @dataclass(frozen=True)
@@ -155,9 +163,11 @@ class _Transfer:
 
 
 class _Handle:
-    """A libcurl easy handle for one hook, with the addresses its host names were last pinned to."""
+    """A libcurl easy handle for one hook, with the addresses its host names were last pinned to, the CA
+    bundle its connections are verified against and the proxy they go through."""
 
-    def __init__(self) -> None:
+    def __init__(self, ca: CaBundle, proxy: Proxy | None, resolver: Resolver) -> None:
+        self.ca, self.proxy = ca, proxy
         self.curl = curl = pycurl.Curl()
         self.pins: dict[tuple[str, str, int], frozenset[str]] = {}
         self.transfer = transfer = _Transfer()
@@ -180,16 +190,40 @@ class _Handle:
             (pycurl.SSL_VERIFYHOST, 2),
             (pycurl.HTTP_VERSION, HTTP_VERSION),
             (pycurl.USERAGENT, USER_AGENT),
-            (pycurl.PROXY, ""),  # never a proxy from the environment: the address checked is the one called
+            # Never a proxy (nor its exceptions) from the environment: only GORGE_WEBHOOK_PROXY.
+            (pycurl.PROXY, "" if proxy is None else proxy.url),
+            (pycurl.NOPROXY, "" if proxy is None else proxy.no_proxy),
             (pycurl.MAXCONNECTS, CONNECTIONS_PER_HANDLE),
         ):
             curl.setopt(option, value)
+        if ca.path is not None:
+            curl.setopt(pycurl.CAINFO, ca.path)
         curl.setopt(pycurl.WRITEFUNCTION, transfer.write)
         curl.setopt(pycurl.HEADERFUNCTION, transfer.header)
         curl.setopt(pycurl.OPENSOCKETFUNCTION, self._open_socket)
+        self.hops: ProxyHops | None = None
+        self._proxy_addresses: tuple[IPAddress, ...] = ()
+        if proxy is not None:
+            self.hops = hops = ProxyHops(resolver)
+
+            def header(data: bytes) -> None:
+                hops.header(data)
+                transfer.header(data)
+
+            curl.setopt(pycurl.HEADERFUNCTION, header)
+            curl.setopt(
+                pycurl.PREREQFUNCTION, lambda *_: pycurl.PREREQFUNC_OK if hops.sending() else pycurl.PREREQFUNC_ABORT
+            )
 
     def _open_socket(self, purpose: int, address: Any) -> int:
-        if not self.transfer.allowed(address.addr[0]):
+        host, port = address.addr[0], address.addr[1]
+        if self.hops is not None:
+            if not self.hops.opening():
+                return int(pycurl.SOCKET_BAD)
+            proxy = self.proxy
+            if proxy is not None and port == proxy.port and parse_ip(host) in self._proxy_addresses:
+                return socket.socket(address.family, address.socktype, address.protocol).detach()
+        if not self.transfer.allowed(host):
             return int(pycurl.SOCKET_BAD)
         return socket.socket(address.family, address.socktype, address.protocol).detach()
 
@@ -198,13 +232,18 @@ class _Handle:
         *,
         url: bytes,
         pin: tuple[str, str, int, tuple[IPAddress, ...]] | None,
+        proxy_addresses: tuple[IPAddress, ...],
         body: bytes,
         headers: Sequence[str],
         timeout_ms: int,
         blacklist: Sequence[IPNetwork],
+        resolver: Resolver,
     ) -> Exchange:
-        curl, transfer = self.curl, self.transfer
+        curl, transfer, hops = self.curl, self.transfer, self.hops
         transfer.reset(blacklist)
+        if hops is not None:
+            hops.resolver = resolver
+            hops.reset(url, blacklist, time.monotonic() + timeout_ms / 1000)
         if url != self._url:
             try:
                 curl.setopt(pycurl.URL, url)
@@ -217,11 +256,14 @@ class _Handle:
         curl.setopt(pycurl.TIMEOUT_MS, timeout_ms)
         self.checked = blacklist
         fresh = pin is not None and self._pin(pin)
+        proxy = self.proxy
+        if proxy is not None:
+            self._proxy_addresses = proxy_addresses
+            if parse_ip(proxy.host) is None:  # a name: libcurl connects where it was looked up
+                fresh = self._pin(("proxy", proxy.host, proxy.port, proxy_addresses)) or fresh
         if fresh != self._fresh:
             curl.setopt(pycurl.FRESH_CONNECT, int(fresh))
             self._fresh = fresh
-        if CA_FILE is not None:
-            curl.setopt(pycurl.CAINFO, CA_FILE)
         error = 0
         try:
             curl.perform()
@@ -233,6 +275,8 @@ class _Handle:
         self.bulky = transfer.head_bytes > IDLE_HEADERS_MAX
         redirects = int(curl.getinfo(pycurl.REDIRECT_COUNT))
         try:
+            if hops is not None and (hops.refused or hops.error):
+                return Exchange(hops.error, hops.refused, redirects=redirects)
             if transfer.refused or error:
                 return Exchange(error, transfer.refused, redirects=redirects)
             status, body_seen = transfer.judge(redirects)
@@ -254,12 +298,15 @@ class _Handle:
             self.pins[(scheme, host, port)] = wanted
         return fresh
 
-    def reusable(self, blacklist: Sequence[IPNetwork]) -> bool:
+    def reusable(self, blacklist: Sequence[IPNetwork], ca: CaBundle, proxy: Proxy | None) -> bool:
         """Whether the handle's kept connection may serve the next transfer: made under the outbound
         blacklist in force now (libcurl would also reuse it for a redirect hop, where a fresh connection is
-        not asked for), and with no bytes on it that no request asked for (a second answer, a body after a
-        204, a close), which libcurl would read as the next answer. If not, the handle is replaced."""
+        not asked for) and verified against the CA bundle in force now, through the proxy in force, and with
+        no bytes on it that no request asked for (a second answer, a body after a 204, a close), which
+        libcurl would read as the next answer. If not, the handle is replaced."""
         if self.checked is not None and blacklist is not self.checked and blacklist != self.checked:
+            return False
+        if ca != self.ca or proxy != self.proxy:
             return False
         return not self._unclean()
 
@@ -285,11 +332,12 @@ class Handles:
         self._idle: OrderedDict[str, list[_Handle]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def exchange(self, owner: str, **transfer: Any) -> Exchange:
+    def exchange(self, owner: str, *, ca: CaBundle, proxy: Proxy | None, **transfer: Any) -> Exchange:
         handle = self._take(owner)
-        if not handle.reusable(transfer["blacklist"]):
-            handle.close()
-            handle = _Handle()
+        if handle is None or not handle.reusable(transfer["blacklist"], ca, proxy):
+            if handle is not None:
+                handle.close()
+            handle = _Handle(ca, proxy, transfer["resolver"])
         try:
             exchange = handle.perform(**transfer)
         except BaseException:
@@ -301,7 +349,7 @@ class Handles:
             self._give(owner, handle)
         return exchange
 
-    def _take(self, owner: str) -> _Handle:
+    def _take(self, owner: str) -> _Handle | None:
         with self._lock:
             kept = self._idle.get(owner)
             if kept:
@@ -309,7 +357,7 @@ class Handles:
                 if not kept:
                     del self._idle[owner]
                 return handle
-        return _Handle()
+        return None
 
     def _give(self, owner: str, handle: _Handle) -> None:
         closing: list[_Handle] = []

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..config import DeliveryConfig, IPNetwork
+from ..phorge.cabundle import CaBundle, CaBundleFile
 from ..phorge.delivery_id import HEADER as DELIVERY_ID_HEADER
 from ..phorge.herald import Hook, RequestRow
 from ..phorge.netguard import InvalidURI, Resolver, TemporaryDNSFailure, system_resolver
@@ -68,12 +69,14 @@ class Dispatcher:
         resolver: Resolver = system_resolver,
         silent: Callable[[], bool | None] | None = None,
         blacklist: Callable[[], Sequence[IPNetwork]] | None = None,
+        ca_bundle: Callable[[], CaBundle] | None = None,
         objects: ObjectLookup | None = None,
     ) -> None:
         self.config = config
         self.resolver = resolver
         self.silent = silent or (lambda: config.silent)
         self.blacklist = blacklist or (lambda: config.outbound_blacklist)
+        self.ca_bundle = ca_bundle or CaBundleFile(config.trust).current
         self.objects = objects or StoredOrder()
 
     def process(
@@ -122,6 +125,9 @@ class Dispatcher:
                 first_hop=first_hop,
                 blacklist=blacklist,
                 deadline=deadline,
+                ca=self.ca_bundle(),
+                proxy=self.config.proxy,
+                resolver=self.resolver,
                 keep_body=self.config.attempt_log_body_bytes if self.config.attempt_log else 0,
                 extra_headers=self._delivery_id(row, hook),
             )

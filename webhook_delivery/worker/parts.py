@@ -176,6 +176,7 @@ def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher
             config,
             silent=settings.silent,
             blacklist=settings.blacklist,
+            ca_bundle=settings.ca_bundle,
             objects=objects,
         ),
         php=PhpWatch(PhpWorkerGuard(config.namespace, masters=masters), lambda: settings.current().delegation),

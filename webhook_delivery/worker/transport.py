@@ -3,7 +3,10 @@
 * One total deadline per attempt (the lookups before it, connect, TLS, send, redirects and the whole answer),
   handed to libcurl as CURLOPT_TIMEOUT_MS, as HTTPSFuture does.
 * The first hop goes to the addresses that passed the blacklist (no second lookup); every address any hop
-  connects to is checked again when it is connected; TLS verifies the certificate against the host name.
+  connects to is checked again when it is connected; TLS verifies the certificate against the host name,
+  with the CA bundle PHP uses.
+* Through an outbound proxy, the proxy's name is looked up here and pinned; every hop's host is checked
+  before the proxy is asked for it (proxy.py). A proxy that cannot be looked up is curl's 5.
 * Response bodies are drained, never kept but for their first bytes: memory stays bounded.
 * What is recorded is what PHP records: libcurl's error number, or Phorge's parse of the answer.
 """
@@ -16,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..config import IPNetwork
+from ..egress import Proxy
+from ..phorge.cabundle import CaBundle
 from ..phorge.netguard import (
     InvalidURI,
     IPAddress,
@@ -23,9 +28,11 @@ from ..phorge.netguard import (
     ResolveTimeout,
     Target,
     TemporaryDNSFailure,
+    ascii_hostname,
     parse_ip,
     parse_target,
     resolve_allowed,
+    system_resolver,
 )
 from ..phorge.outcomes import CurlError, HttpOutcome
 from ..phorge.payload import SIGNATURE_HEADER
@@ -93,10 +100,14 @@ def post(
     first_hop: tuple[Target, tuple[IPAddress, ...]],
     blacklist: Sequence[IPNetwork],
     deadline: Deadline,
+    ca: CaBundle,
+    proxy: Proxy | None = None,
+    resolver: Resolver = system_resolver,
     keep_body: int = 0,
     extra_headers: Sequence[tuple[str, str]] = (),
 ) -> HttpOutcome:
-    """POST `body` as Phorge does, within `deadline`, on the connections of `owner` (the hook); with
+    """POST `body` as Phorge does, within `deadline`, on the connections of `owner` (the hook), verifying
+    certificates against `ca`, through `proxy` (its name and later hops' hosts looked up by `resolver`); with
     `keep_body`, the answer's first bytes come back too (for the attempt log, when asked for).
     `extra_headers` (none unless the administrator asks for the delivery id) follow Phorge's, on every hop.
 
@@ -104,21 +115,28 @@ def post(
     """
     target, addresses = first_hop
     try:
+        proxy_addresses = () if proxy is None else _proxy_addresses(proxy, resolver, deadline)
         timeout_ms = max(1, math.ceil(deadline.remaining() * 1000))
         url = uri.encode("utf-8")
-    except TimeoutError as exc:
-        return failure(exc, deadline)
+    except (TimeoutError, InvalidURI, TemporaryDNSFailure) as exc:
+        if isinstance(exc, TimeoutError) or deadline.passed():
+            return failure(exc, deadline)
+        return HttpOutcome("http", CurlError.COULDNT_RESOLVE_PROXY.number)  # the proxy, never the receiver
     except UnicodeError:
         return HttpOutcome("http", CurlError.URL_MALFORMAT.number)
     pin = None if parse_ip(target.host) is not None else (target.scheme, target.host, target.port, addresses)
     exchange = HANDLES.exchange(
         owner,
+        ca=ca,
+        proxy=proxy,
         url=url,
         pin=pin,
+        proxy_addresses=proxy_addresses,
         body=body,
         headers=_headers(signature, extra_headers),
         timeout_ms=timeout_ms,
         blacklist=blacklist,
+        resolver=resolver,
     )
     if exchange.refused:
         raise InvalidURI("a hop connects into the outbound blacklist")
@@ -137,6 +155,14 @@ def post(
         exchange.redirects,
         exchange.body_prefix[:keep_body],
     )
+
+
+def _proxy_addresses(proxy: Proxy, resolver: Resolver, deadline: Deadline) -> tuple[IPAddress, ...]:
+    """The proxy's addresses for this attempt: the only ones exempt from the outbound blacklist."""
+    literal = parse_ip(proxy.host)
+    if literal is not None:
+        return (literal,)
+    return tuple(resolver(ascii_hostname(proxy.host), proxy.port, deadline.remaining()))
 
 
 def failure(exc: BaseException, deadline: Deadline) -> HttpOutcome:
