@@ -87,6 +87,7 @@ class DeliveryConfig:
     # How to reach every master: GORGE_WEBHOOK_CLUSTER_DATABASES, else cluster.databases in the local file.
     cluster: ClusterDatabases | None = None
     replica_max_lag_sec: int = 30  # GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC: beyond it, pages read the master
+    counts_refresh_sec: int = 5  # GORGE_WEBHOOK_COUNTS_REFRESH_SEC: the tally's refreshes at most this often
 
     @property
     def lease_was_clamped(self) -> bool:
@@ -387,6 +388,7 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         )
         replica_url = ""
     replica_lag = r.integer("GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC", 30, minimum=0, maximum=86_400)
+    counts_refresh = r.integer("GORGE_WEBHOOK_COUNTS_REFRESH_SEC", 5, minimum=0, maximum=3600)
 
     minimum_lease = math.ceil(timeout) + LEASE_MARGIN_SEC
     delivery = DeliveryConfig(
@@ -413,6 +415,7 @@ def load_config(env: Mapping[str, str]) -> LoadedConfig:
         delivery_id_hooks=delivery_id_hooks,
         cluster=cluster,
         replica_max_lag_sec=replica_lag,
+        counts_refresh_sec=counts_refresh,
     )
     return LoadedConfig(
         delivery=delivery,

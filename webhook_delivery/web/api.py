@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ..reads import alert_state as alert_selectors
 from ..reads import herald as selectors
-from ..reads import phorge_status, replica
+from ..reads import phorge_status, queue, replica
 from ..reads.health import HookHealth, QueueHealth
 from ..records import heartbeat, holds
 from ..records.heartbeat import WorkerStatus
@@ -42,13 +42,23 @@ def _authenticated(request: HttpRequest) -> bool:
     return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
 
 
+class CountsUnavailable(RuntimeError):
+    """The counts of the retained requests cannot be read (Django's database is down)."""
+
+
 def _stats() -> dict[str, Any]:
-    counts = selectors.queue_counts()
+    counts = queue.queue_counts(settings.GORGE_WEBHOOK)
+    if counts.as_of is None:
+        raise CountsUnavailable
     return {
         "queuedCount": counts.queued,
         "sentCount": counts.sent,
         "failedCount": counts.failed,
         "activeWebhooks": counts.active_webhooks,
+        # Added fields: the counts are exact as of this time (Phorge's database clock), complete once the
+        # history has been counted once.
+        "countedAt": counts.as_of,
+        "countsComplete": counts.complete,
     }
 
 
@@ -73,8 +83,8 @@ def _hook_json(hook: HookHealth, health: QueueHealth, latency: history.Latency) 
         "status": hook.status,
         "state": hook.state,
         "misconfigured": hook.misconfigured,
-        "counts": {"queued": hook.queued, "sent": hook.sent, "failed": hook.failed},
-        "due_now": hook.due,
+        "counts": {"queued": hook.queued, "sent": hook.sent, "failed": hook.failed} if health.counts_known else None,
+        "due_now": hook.due if health.counts_known else None,
         "breaker": {
             "state": "backoff" if hook.in_backoff else "closed",
             "recent_failures": hook.window_failures,
@@ -109,25 +119,29 @@ def _worker_json(worker: WorkerStatus) -> dict[str, Any]:
 
 
 def _health() -> dict[str, Any]:
-    health = selectors.queue_health(settings.GORGE_WEBHOOK)
+    health = queue.queue_health(settings.GORGE_WEBHOOK)
     latencies = history.latency_by_hook(health.hook_phids)
+    known = health.counts_known
     return {
         "now": health.now,
         "queue": {
-            "queued": health.queued,
-            "sent": health.sent,
-            "failed": health.failed,
-            "due_now": health.due_now,
-            "due_held": health.due_held,
+            "queued": health.queued if known else None,
+            "sent": health.sent if known else None,
+            "failed": health.failed if known else None,
+            "due_now": health.due_now if known else None,
+            "due_held": health.due_held if known else None,
             "oldest_due_age_sec": health.oldest_due_age,
             "lag": health.lag_state,
             "late_after_sec": health.thresholds.late_after,
             "stalled_after_sec": health.thresholds.stalled_after,
+            "counted_at": health.counted_at,
+            "counted_ago_sec": health.counted_ago,
+            "counts_complete": health.complete if known else None,
         },
         "hooks": [_hook_json(hook, health, latencies[hook.phid]) for hook in health.hooks],
         "workers": [_worker_json(worker) for worker in heartbeat.workers()],
         "php_worker": phorge_status.php_delivery_state().as_json(),
-        "phorge_settings": _settings_json(),
+        "phorge_settings": {**_settings_json(), "key_status": health.key_status},
         **_partition_json(),
         **_replica_json(),
         **_operator_json(),

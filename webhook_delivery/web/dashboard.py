@@ -9,7 +9,7 @@ from ..phorge.config import PhorgeConfig
 from ..phorge.delegation import Delegation
 from ..phorge.php_guard import RECENT_ARCHIVE_SEC
 from ..reads import herald as selectors
-from ..reads import phorge_status, replica
+from ..reads import phorge_status, queue, replica
 from ..reads.health import HookHealth, QueueHealth
 from ..reads.herald import RecentFailure
 from ..reads.replica import NO_REPLICA, ReplicaState
@@ -75,7 +75,7 @@ class Dashboard:
 @selectors.uncommitted_reads
 def dashboard(config: DeliveryConfig) -> Dashboard:
     """Everything the dashboard shows, Phorge's reads in one READ UNCOMMITTED transaction."""
-    health = selectors.queue_health(config)
+    health = queue.queue_health(config)
     resolved = phorge_status.phorge_settings()
     php = phorge_status.php_delivery_state()
     return Dashboard(
