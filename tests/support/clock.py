@@ -3,7 +3,12 @@ code's `clock=` and `monotonic=` arguments take); PhorgeClock moves Phorge's dat
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.backends.signals import connection_created
+
 from tests.support.helpers import Phorge
+from webhook_delivery.config import PHORGE_ALIAS
 from webhook_delivery.reads import phorge_status
 
 
@@ -27,12 +32,19 @@ class PhorgeClock(FixedClock):
     """A fixed clock that Phorge's side keeps too: this session's MariaDB timestamp (`SET timestamp`, what
     UNIX_TIMESTAMP() and the store read) follows every set() and advance(), and the PHP guard forgets the
     reading it caches. Assigning `now` alone moves only the host's side. release() gives the session its
-    own clock back."""
+    own clock back. Connections to Phorge's database opened meanwhile (the counts' refreshes open their own)
+    start on this clock too."""
 
     def __init__(self, phorge: Phorge, now: int) -> None:
         self.phorge = phorge
         super().__init__(now)
         self.set(now)
+        connection_created.connect(self._opened, weak=False, dispatch_uid=f"phorge-clock-{id(self)}")
+
+    def _opened(self, sender: Any, connection: Any, **kwargs: Any) -> None:
+        if connection.alias == PHORGE_ALIAS and connection.vendor == "mysql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET timestamp = %s", [int(self.now)])
 
     def set(self, now: float) -> None:
         super().set(now)
@@ -40,4 +52,5 @@ class PhorgeClock(FixedClock):
         phorge_status._php_guard.cache_clear()  # the guard caches its reading a few seconds
 
     def release(self) -> None:
+        connection_created.disconnect(dispatch_uid=f"phorge-clock-{id(self)}")
         self.phorge.execute("SET timestamp = DEFAULT")
