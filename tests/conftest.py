@@ -198,6 +198,8 @@ def site(site_database: SiteDatabase) -> SiteDatabase:
         "delivery_status_hookhold",
         "delivery_status_operatoraction",
         "delivery_status_requeuenotice",
+        "delivery_status_tallychunk",
+        "delivery_status_heraldtally",
     ):
         cursor.execute(f"DELETE FROM `{table}`")
     admin.close()

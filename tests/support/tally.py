@@ -13,6 +13,7 @@ import pytest
 from django.db import connections
 
 from webhook_delivery.config import PHORGE_ALIAS, DeliveryConfig
+from webhook_delivery.phorge.columns import positional
 from webhook_delivery.phorge.herald import REQUESTS, Dialect, text
 from webhook_delivery.reads.health import QueueHealth
 from webhook_delivery.reads.herald import json_text
@@ -34,7 +35,7 @@ class Counted:
 def full_count(config: DeliveryConfig, now: int, alias: str = PHORGE_ALIAS) -> dict[str, Counted]:
     """Every request read, grouped as the pages group them, due at `now`: per hook PHID."""
     dialect = Dialect(str(connections[alias].vendor))
-    due = dialect.due_sql("%s")
+    due = dialect.due_sql("%(now)s")
     sql = (
         f"SELECT webhookPHID, status, lastRequestResult, {json_text(dialect, 'errorType')} AS t, "
         f"{json_text(dialect, 'errorCode')} AS c, COUNT(*), "
@@ -42,10 +43,10 @@ def full_count(config: DeliveryConfig, now: int, alias: str = PHORGE_ALIAS) -> d
         f"SUM(CASE WHEN {due} THEN 1 ELSE 0 END), MIN(CASE WHEN {due} THEN {dialect.due_since_sql()} END) "
         f"FROM {REQUESTS} GROUP BY webhookPHID, status, lastRequestResult, t, c"
     )
-    sql = sql.replace("%(lease)s", str(config.claim_lease_sec)).replace("%(retry)s", str(config.retry_backoff_sec))
+    text_sql, values = positional(sql, {"now": now, "lease": config.claim_lease_sec, "retry": config.retry_backoff_sec})
     counted: dict[str, Counted] = defaultdict(Counted)
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql, [now, now])
+        cursor.execute(text_sql, values)
         rows = cursor.fetchall()
     for hook, status, result, error_type, error_code, requests, refused_at, due_n, since in rows:
         one = counted[text(hook)]

@@ -167,7 +167,7 @@ class Outcome:
     reset: bool
     key_status: bool
     ids_read: int = 0
-    progress: tuple[int, int] = (0, 0)  # (frontier, newest id): how far the count has come
+    progress: tuple[int, int] = (0, 0)  # (ids counted, ids retained), from the oldest: how far the count has come
 
 
 class Refresh:
@@ -200,6 +200,7 @@ class Refresh:
             self.chunks.loaded.clear()
         if not state.frontier and not state.oldest:
             state.frontier = max(0, bounds.min_id - 1)
+            state.swept_at = now  # a first count needs no healing
         if state.notices < 0 or reset:
             state.notices = max((notice for notice, _hook, _low in self.notices), default=max(state.notices, 0))
             notices: Sequence[tuple[int, str, int]] = ()
@@ -209,7 +210,8 @@ class Refresh:
         dirty = self._front(bounds.min_id, bounds.min_created)
         key_status = self.reader.has_key_status()
         dirty |= self._put_back(key_status, notices)
-        dirty |= self._sweep(now)
+        if state.frontier >= bounds.max_id:  # not while the first count goes on
+            dirty |= self._sweep(now)
         dirty = {n for n in dirty if n * CHUNK <= state.frontier and n not in self.chunks.dropped}
         for number in sorted(dirty):
             self._recount(number)
@@ -225,6 +227,7 @@ class Refresh:
             {one[1]: one for one in state.refusals if one[0] >= now - RECENT_SEC}.values(), reverse=True
         )[:REFUSALS_KEPT]
         self.chunks.settle_refusals()
+        base = max(0, bounds.min_id - 1)
         return Outcome(
             now=now,
             complete=state.frontier >= bounds.max_id,
@@ -234,7 +237,7 @@ class Refresh:
             reset=reset,
             key_status=key_status,
             ids_read=self.ids_read,
-            progress=(min(state.frontier, bounds.max_id), bounds.max_id),
+            progress=(max(0, min(state.frontier, bounds.max_id) - base), max(0, bounds.max_id - base)),
         )
 
     def _is_other_table(self, max_id: int) -> bool:

@@ -159,10 +159,12 @@ def save(
             rows.delete()
         else:
             rows.filter(number__in=list(dropped)).delete()
+        # MySQL and MariaDB take no conflict target: the unique key decides.
+        target = ["tally", "number"] if connections["default"].features.supports_update_conflicts_with_target else None
         TallyChunk.objects.bulk_create(
             [TallyChunk(tally_id=tally_id, number=chunk.number, hooks=chunk.to_json()) for chunk in changed],
             update_conflicts=True,
-            unique_fields=["tally", "number"],
+            unique_fields=target,
             update_fields=["hooks"],
         )
     return True
