@@ -146,7 +146,10 @@ def main() -> None:
         deliver()
         check("released and delivered")
         # Phorge's garbage collector: the oldest requests, 100 at a time (SQLite has no DELETE ... LIMIT).
-        execute("UPDATE herald_webhookrequest SET dateCreated = dateCreated - 700000 WHERE id <= 8")
+        execute(
+            "UPDATE herald_webhookrequest SET dateCreated = dateCreated - 700000 WHERE id IN "
+            "(SELECT id FROM (SELECT id FROM herald_webhookrequest ORDER BY id LIMIT 8) AS oldest)"
+        )
         if vendor == "mysql":  # Phorge's own statement
             execute("DELETE FROM herald_webhookrequest WHERE dateCreated < %s LIMIT 100", [now() - 604800])
         else:
