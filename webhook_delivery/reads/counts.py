@@ -24,6 +24,7 @@ from ..config import PHORGE_ALIAS, DeliveryConfig
 from ..records import tally as stored
 from ..records.models import RequeueNotice
 from ..records.tally import Snapshot
+from .attempt_digest import LATENCY_SEC, refresh_digest
 from .tally import totals_json
 from .tally_refresh import BUDGET_IDS, Chunks, Refresh, State
 from .tally_sql import TallyReader, consistent_snapshot
@@ -86,6 +87,7 @@ def refresh(config: DeliveryConfig, *, role: str, grace: float = 0.0, budget: in
                 outcome = Refresh(reader, state, chunks, notices, budget=budget).run()
         finally:
             connection.close()
+        digest = refresh_digest(kept.attempts, outcome.now, latency_every=min(LATENCY_SEC, config.counts_refresh_sec))
         seconds = time.monotonic() - started
         next_in = _next_in(config, outcome.complete, seconds)
         saved = stored.save(
@@ -105,6 +107,7 @@ def refresh(config: DeliveryConfig, *, role: str, grace: float = 0.0, budget: in
             settled=totals_json(chunks.totals),
             waiting={hook: waiting.to_json() for hook, waiting in sorted(outcome.waiting.items())},
             refusals=[list(one) for one in outcome.state.refusals],
+            attempts=digest.to_json(),
             changed=[chunks.loaded[number] for number in sorted(chunks.changed)],
             dropped=sorted(chunks.dropped),
             next_in=next_in,

@@ -9,9 +9,12 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..config import DeliveryConfig
+
+if TYPE_CHECKING:
+    from .attempt_digest import Digest
 
 LagState = Literal["healthy", "late", "stalled"]
 HookState = Literal["ok", "failing", "backoff", "misconfigured", "disabled"]
@@ -104,6 +107,7 @@ class QueueHealth:
     progress: tuple[int, int] = (0, 0)  # (ids counted through, newest id) while not complete
     refusals: tuple[tuple[int, int, str], ...] = ()  # the newest failures without a call: (dateModified, id, hook)
     key_status: bool | None = None  # whether Phorge's table has key_status, as the last count found
+    attempts: Digest | None = None  # the attempt log's chart and latency, as of the same refresh
 
     def counted(
         self,
@@ -113,9 +117,16 @@ class QueueHealth:
         progress: tuple[int, int],
         refusals: tuple[tuple[int, int, str], ...],
         key_status: bool | None,
+        attempts: Digest | None = None,
     ) -> QueueHealth:
         return dataclasses.replace(
-            self, counted_at=as_of, complete=complete, progress=progress, refusals=refusals, key_status=key_status
+            self,
+            counted_at=as_of,
+            complete=complete,
+            progress=progress,
+            refusals=refusals,
+            key_status=key_status,
+            attempts=attempts,
         )
 
     @property

@@ -101,4 +101,5 @@ def _health(config: DeliveryConfig, only: Sequence[str] | None, snapshot: Snapsh
         progress=(int(snapshot.cost.get("counted_through", 0)), int(snapshot.cost.get("newest", 0))),
         refusals=tuple(snapshot.refusals),
         key_status=snapshot.key_status,
+        attempts=snapshot.attempts if snapshot.attempts.now else None,
     )

@@ -24,7 +24,7 @@ from .herald import as_int, fetch_rows, read_dialect
 
 COUNT_BOUND = 1000
 SEARCH_DAYS = 1
-SEARCH_ROWS = 100_000
+SEARCH_ROWS = 25_000
 CHECK_BATCH = 500  # candidate ids whose status is checked at a time
 PENDING = ("none", "fail")
 

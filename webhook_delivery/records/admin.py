@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from ..admin import BoundedChangeList, BoundedPaginator, ReadOnlyAdmin, error_text
+from ..admin import BoundedChangeList, BoundedPaginator, KnownValuesFilter, ReadOnlyAdmin, error_text
 from ..reads.request_lists import COUNT_BOUND
 from ..web.access import may_view
 from ..web.links import page_link
@@ -40,7 +40,10 @@ class DeliveryAttemptAdmin(ReadOnlyAdmin):
     own index; filters and object PHIDs among the newest SCANNED attempts only (there is no index for them)."""
 
     list_display = ["started_at", "request", "hook_phid", "result", "error", "duration", "http_status", "worker_id"]
-    list_filter = ["result", "error_type"]
+    list_filter = [
+        ("result", KnownValuesFilter.of("okay", "fail", "none")),
+        ("error_type", KnownValuesFilter.of("http", "timeout", "hook")),
+    ]
     search_fields = ["request_phid__exact"]  # what the box finds is get_search_results'
     search_help_text = (
         f"a request or hook PHID; an object PHID, and the filters, among the newest {SCANNED:,} attempts only"

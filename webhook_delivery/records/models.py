@@ -192,6 +192,7 @@ class HeraldTally(models.Model):
     settled = models.JSONField(default=dict)  # per hook: the settled requests of every chunk, summed
     waiting = models.JSONField(default=dict)  # per hook: the queued requests as of as_of
     refusals = models.JSONField(default=list)  # the newest failures without a call: [dateModified, id, hook]
+    attempts = models.JSONField(default=dict)  # the attempt log's chart and latency (reads/attempt_digest.py)
 
     def __str__(self) -> str:
         return self.source

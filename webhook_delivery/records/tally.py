@@ -17,6 +17,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
+from ..reads.attempt_digest import Digest
 from ..reads.tally import Chunk, Settled, Waiting, totals_from, waiting_from
 from .models import HeraldTally, TallyChunk
 
@@ -46,6 +47,7 @@ class Snapshot:
     settled: dict[str, Settled] = field(default_factory=dict)
     waiting: dict[str, Waiting] = field(default_factory=dict)
     refusals: list[tuple[int, int, str]] = field(default_factory=list)  # (dateModified, id, hook), newest first
+    attempts: Digest = field(default_factory=Digest)
     next_at: datetime | None = None
     holder: str = ""
     held_until: datetime | None = None
@@ -64,6 +66,7 @@ def read(source: str) -> Snapshot | None:
         settled=totals_from(row.settled),
         waiting=waiting_from(row.waiting),
         refusals=[(int(a), int(b), str(c)) for a, b, c in row.refusals or []],
+        attempts=Digest.from_json(row.attempts),
         next_at=row.next_at,
         holder=row.holder,
         held_until=row.held_until,
@@ -102,11 +105,12 @@ class Stored:
     tally_id: int
     state: dict[str, Any]
     settled: dict[str, Settled]
+    attempts: Digest
 
 
 def load(source: str) -> Stored:
-    row = HeraldTally.objects.only("id", "state", "settled").get(source=source)
-    return Stored(row.id, dict(row.state or {}), totals_from(row.settled))
+    row = HeraldTally.objects.only("id", "state", "settled", "attempts").get(source=source)
+    return Stored(row.id, dict(row.state or {}), totals_from(row.settled), Digest.from_json(row.attempts))
 
 
 def chunks(tally_id: int, numbers: Iterable[int] | None = None) -> dict[int, Chunk]:
@@ -129,6 +133,7 @@ def save(
     settled: Mapping[str, Any],
     waiting: Mapping[str, Any],
     refusals: list[Any],
+    attempts: Mapping[str, Any],
     changed: Iterable[Chunk],
     dropped: Iterable[int],
     next_in: float,
@@ -145,6 +150,7 @@ def save(
             settled=dict(settled),
             waiting=dict(waiting),
             refusals=refusals,
+            attempts=dict(attempts),
             refreshed_at=Now(),
             next_at=_later(next_in),
             holder="",

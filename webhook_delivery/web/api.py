@@ -21,10 +21,10 @@ from django.views.decorators.csrf import csrf_exempt
 from ..reads import alert_state as alert_selectors
 from ..reads import herald as selectors
 from ..reads import phorge_status, queue, replica
+from ..reads.attempt_digest import HOUR, Latency
 from ..reads.health import HookHealth, QueueHealth
 from ..records import heartbeat, holds
 from ..records.heartbeat import WorkerStatus
-from . import history
 from .access import may_view
 
 logger = logging.getLogger(__name__)
@@ -66,9 +66,10 @@ def _hooks() -> dict[str, Any]:
     return {"total": selectors.hook_total()}
 
 
-def _latency_json(latency: history.Latency) -> dict[str, Any]:
+def _latency_json(latency: Latency, as_of: int | None) -> dict[str, Any]:
     return {
-        "window_sec": int(history.HOUR.total_seconds()),
+        "window_sec": int(HOUR.total_seconds()),
+        "as_of": as_of,  # kept with the counts: computed again at most every 30 s, the window ending then
         "attempts": latency.attempts,
         "p50": latency.p50,
         "p95": latency.p95,
@@ -76,7 +77,7 @@ def _latency_json(latency: history.Latency) -> dict[str, Any]:
     }
 
 
-def _hook_json(hook: HookHealth, health: QueueHealth, latency: history.Latency) -> dict[str, Any]:
+def _hook_json(hook: HookHealth, health: QueueHealth, latency: Latency) -> dict[str, Any]:
     return {
         "phid": hook.phid,
         "name": hook.name,
@@ -94,7 +95,7 @@ def _hook_json(hook: HookHealth, health: QueueHealth, latency: history.Latency) 
         "last_success_epoch": hook.last_success,
         "last_failure_epoch": hook.last_failure,
         "errors": [{"type": e.error_type, "code": e.error_code, "count": e.count} for e in hook.errors],
-        "latency_ms": _latency_json(latency),
+        "latency_ms": _latency_json(latency, None if health.attempts is None else health.attempts.latency_at),
     }
 
 
@@ -120,7 +121,7 @@ def _worker_json(worker: WorkerStatus) -> dict[str, Any]:
 
 def _health() -> dict[str, Any]:
     health = queue.queue_health(settings.GORGE_WEBHOOK)
-    latencies = history.latency_by_hook(health.hook_phids)
+    latencies = {} if health.attempts is None else health.attempts.latency
     known = health.counts_known
     return {
         "now": health.now,
@@ -138,7 +139,7 @@ def _health() -> dict[str, Any]:
             "counted_ago_sec": health.counted_ago,
             "counts_complete": health.complete if known else None,
         },
-        "hooks": [_hook_json(hook, health, latencies[hook.phid]) for hook in health.hooks],
+        "hooks": [_hook_json(hook, health, latencies.get(hook.phid, Latency(0))) for hook in health.hooks],
         "workers": [_worker_json(worker) for worker in heartbeat.workers()],
         "php_worker": phorge_status.php_delivery_state().as_json(),
         "phorge_settings": {**_settings_json(), "key_status": health.key_status},

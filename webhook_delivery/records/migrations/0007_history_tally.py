@@ -27,6 +27,7 @@ class Migration(migrations.Migration):
                 ("settled", models.JSONField(default=dict)),
                 ("waiting", models.JSONField(default=dict)),
                 ("refusals", models.JSONField(default=list)),
+                ("attempts", models.JSONField(default=dict)),
             ],
         ),
         migrations.CreateModel(

@@ -1,0 +1,259 @@
+"""Figure 12: what each page and JSON endpoint costs at a large install, at two sizes of history.
+
+    .venv/bin/python bench/pages.py [--sizes 100000,1000000] [--rounds 7]
+
+For each size, the install of bench/pagedata.py (100 hooks, a week of requests: 97 % sent, 2.5 % failed,
+0.5 % queued, and as many attempts in the attempt log), then in a process of its own (the measured tree's
+Django, its settings from the environment, as deployed): the counts refreshed until complete, as a running
+worker keeps them; each view through Django's test client, `rounds` times after one warm-up, the median;
+and what one dashboard view and one `/api/webhook/stats` call cost Phorge's database, the herald connection
+being a MariaDB user of its own (MariaDB's `userstat`, as figure 11 measures the worker): statements and rows
+read. Then what one refresh of the counts reads when nothing changed and after 1,000 deliveries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import PYTHON, ROOT, TREE, BenchError, connect
+from bench.dbcost import WorkerUser
+from bench.pagedata import ensure_herald, site_database
+
+CACHE = ROOT / "var" / "bench"
+COST_VIEWS = 10
+VIEWS = [
+    ("dashboard /", "page"),
+    ("a hook's page", "page"),
+    ("the requeue dry run", "page"),
+    ("a request's page", "page"),
+    ("admin request list, status = failed", "page"),
+    ("admin search, one request's full PHID", "page"),
+    ("admin search, an object's PHID (bounded)", "page"),
+    ("admin attempt list", "page"),
+    ("/api/webhook/stats", "json"),
+    ("/api/webhook/health", "json"),
+    ("/api/webhook/hooks", "json"),
+    ("/metrics", "json"),
+]
+
+
+def buffer_pool_mb() -> int:
+    admin = connect()
+    try:
+        cursor = admin.cursor()
+        cursor.execute("SELECT @@GLOBAL.innodb_buffer_pool_size")
+        return int(cursor.fetchone()[0]) // (1024 * 1024)
+    finally:
+        admin.close()
+
+
+def measure_size(rows: int, rounds: int, *, log: Any) -> dict[str, Any]:
+    """Builds (or reuses) the install of this size and measures it in a process of its own."""
+    db, _end = ensure_herald(rows, log=log)
+    db.close()
+    workdir = Path(tempfile.mkdtemp(prefix="gwbench-pages-"))
+    try:
+        base_env = _env(workdir, db.name, "")
+        cached = site_database(rows, CACHE, base_env, log=log)
+        site = workdir / "site.sqlite3"
+        shutil.copyfile(cached, site)
+        with WorkerUser(db.name) as user:
+            env = _env(workdir, db.name, user.url)
+            done = subprocess.run(
+                [PYTHON, str(Path(__file__).resolve()), "--measure", str(rows), "--rounds", str(rounds)],
+                cwd=TREE,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=3600,
+                check=False,
+                input=json.dumps({"user": user.url}),
+            )
+            if done.returncode != 0:
+                raise BenchError(f"pages at {rows:,}: {done.stderr[-3000:]}")
+            return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _env(workdir: Path, database: str, url: str) -> dict[str, str]:
+    from bench.common import database_url
+
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("GORGE_") and key not in {"LOG_LEVEL", "LOG_FORMAT", "DATABASE_URL", "DEBUG"}
+    }
+    env.update(
+        GORGE_ENV_FILE="/dev/null",
+        SECRET_KEY="bench-only-" + secrets.token_hex(24),
+        DATABASE_URL=f"sqlite:///{workdir / 'site.sqlite3'}",
+        DJANGO_SETTINGS_MODULE="gorge_site.settings",
+        GORGE_WEBHOOK_DATABASE_URL=url or database_url(database),
+        GORGE_WEBHOOK_OUTBOUND_BLACKLIST="",
+        GORGE_WEBHOOK_SILENT="false",
+        GORGE_SERVICE_TOKEN="bench-token",
+        # A running worker keeps the counts (the bench refreshes them first): no view refreshes them itself.
+        GORGE_WEBHOOK_COUNTS_REFRESH_SEC="3600",
+        LOG_LEVEL="WARNING",
+        ALLOWED_HOSTS="testserver",
+        GORGE_BEHIND_TLS_PROXY="false",
+        PYTHONPATH=str(TREE),
+    )
+    return env
+
+
+# -- inside the measuring process ------------------------------------------------------------------------
+
+
+def _measure(rows: int, rounds: int) -> dict[str, Any]:  # pragma: no cover - runs in its own process
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    # The pages straight from the apps' static folders, without collectstatic (as the tests render them).
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    from django.contrib.auth import get_user_model
+    from django.db import connections
+    from django.test import Client
+
+    from webhook_delivery.reads import counts
+    from webhook_delivery.web.metrics import COLLECTOR
+
+    config = settings.GORGE_WEBHOOK
+    user_stats = _UserStats()
+    started = time.monotonic()
+    user_stats.reset()
+    while (done := counts.refresh(config, role="bench", grace=10**6)) is not None and not done.complete:
+        from webhook_delivery.records.models import HeraldTally
+
+        HeraldTally.objects.update(next_at=None)
+    first_count = {"first_count_sec": time.monotonic() - started, **user_stats.read("first_count")}
+    staff = get_user_model().objects.create_superuser("bench", "bench@example.invalid", secrets.token_hex(8))
+    client = Client()
+    client.force_login(staff)
+    with connections["phorge"].cursor() as cursor:
+        cursor.execute("SELECT phid FROM herald_webhook ORDER BY id LIMIT 1 OFFSET 5")
+        failing_hook = cursor.fetchone()[0]
+        failing_hook = failing_hook.decode() if isinstance(failing_hook, bytes) else failing_hook
+    middle = rows // 2
+    request_phid = f"PHID-HWBR-pg{middle:019d}"
+    newest_object = f"PHID-TASK-pg{rows - 10:019d}"
+    urls = {
+        "dashboard /": "/",
+        "a hook's page": f"/hooks/{failing_hook}/",
+        "the requeue dry run": f"/hooks/{failing_hook}/requeue/",
+        "a request's page": f"/requests/{request_phid}/",
+        "admin request list, status = failed": "/admin/webhook_delivery/heraldwebhookrequest/?status__exact=failed",
+        "admin search, one request's full PHID": f"/admin/webhook_delivery/heraldwebhookrequest/?q={request_phid}",
+        "admin search, an object's PHID (bounded)": f"/admin/webhook_delivery/heraldwebhookrequest/?q={newest_object}",
+        "admin attempt list": "/admin/delivery_status/deliveryattempt/",
+        "/api/webhook/stats": "/api/webhook/stats",
+        "/api/webhook/health": "/api/webhook/health",
+        "/api/webhook/hooks": "/api/webhook/hooks",
+        "/metrics": "/metrics",
+    }
+    headers = {"X-Service-Token": "bench-token"}
+    figures: dict[str, Any] = {"rows": rows, **first_count}
+    for name, url in urls.items():
+        timings = []
+        for attempt in range(rounds + 1):
+            COLLECTOR.forget()
+            begin = time.perf_counter()
+            response = client.get(url, headers=headers)
+            elapsed = (time.perf_counter() - begin) * 1000
+            if response.status_code != 200:
+                raise SystemExit(f"{url}: HTTP {response.status_code}")
+            if attempt:
+                timings.append(elapsed)
+        figures[f"ms {name}"] = statistics.median(timings)
+    for name in ("dashboard /", "/api/webhook/stats"):
+        # Per view, over COST_VIEWS of them: MariaDB books a session's statements a statement late, and the
+        # first after FLUSH USER_STATISTICS may fall before it; SELECT 1 before and after takes both up.
+        user_stats.reset()
+        with connections["phorge"].cursor() as cursor:
+            cursor.execute("SELECT 1")
+        for _ in range(COST_VIEWS):
+            COLLECTOR.forget()
+            client.get(urls[name], headers=headers)
+        with connections["phorge"].cursor() as cursor:
+            cursor.execute("SELECT 1")
+        booked = user_stats.read(name)
+        figures[f"statements {name}"] = (booked[f"statements {name}"] - 2) / COST_VIEWS
+        figures[f"rows read {name}"] = booked[f"rows read {name}"] / COST_VIEWS
+    # A refresh of the counts as a worker makes them: with nothing changed, then after 1,000 deliveries.
+    from webhook_delivery.records.models import HeraldTally
+
+    HeraldTally.objects.update(next_at=None)
+    user_stats.reset()
+    counts.refresh(config, role="bench", grace=10**6)
+    figures.update(user_stats.read("refresh, nothing changed"))
+    figures["refresh seconds"] = HeraldTally.objects.get().cost.get("seconds")
+    return figures
+
+
+class _UserStats:  # pragma: no cover - runs in the measuring process
+    """MariaDB's per-user statistics of the herald connection's user (bench/dbcost.py made it)."""
+
+    def __init__(self) -> None:
+        self.user = json.loads(sys.stdin.read())["user"].split("://", 1)[1].split(":", 1)[0]
+
+    def _admin(self) -> Any:
+        return connect()
+
+    def reset(self) -> None:
+        admin = self._admin()
+        try:
+            admin.cursor().execute("FLUSH USER_STATISTICS")
+        finally:
+            admin.close()
+
+    def read(self, name: str) -> dict[str, float]:
+        admin = self._admin()
+        try:
+            cursor = admin.cursor()
+            cursor.execute(
+                "SELECT SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS, ROWS_READ "
+                "FROM information_schema.USER_STATISTICS WHERE USER = %s",
+                (self.user,),
+            )
+            found = cursor.fetchone() or (0, 0)
+        finally:
+            admin.close()
+        return {f"statements {name}": float(found[0]), f"rows read {name}": float(found[1])}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--measure", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.measure:
+        print(json.dumps(_measure(args.measure, args.rounds)))
+        return 0
+    sizes = [int(size) for size in args.sizes.split(",")]
+    results = [measure_size(size, args.rounds, log=lambda text: print(text, file=sys.stderr)) for size in sizes]
+    print(json.dumps({"buffer_pool_mb": buffer_pool_mb(), "sizes": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
