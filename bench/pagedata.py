@@ -164,8 +164,8 @@ def _fill_attempts(path: Path, rows: int) -> None:
 
 def _insert_attempts(connection: sqlite3.Connection, batch: list[tuple[Any, ...]]) -> None:
     connection.executemany(
-        "INSERT INTO delivery_status_deliveryattempt (request_phid, hook_phid, object_phid, started_at, duration_ms, status, "
-        "result, error_type, error_code, http_status, response_bytes, redirects, worker_id, response_prefix) "
+        "INSERT INTO delivery_status_deliveryattempt (request_phid, hook_phid, object_phid, started_at, duration_ms, "
+        "status, result, error_type, error_code, http_status, response_bytes, redirects, worker_id, response_prefix) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         batch,
     )
