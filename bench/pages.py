@@ -33,6 +33,7 @@ from bench.dbcost import WorkerUser
 from bench.pagedata import ensure_herald, site_database
 
 CACHE = ROOT / "var" / "bench"
+TOKEN = "bench-" + secrets.token_hex(8)  # the measuring process inherits it
 COST_VIEWS = 10
 VIEWS = [
     ("dashboard /", "page"),
@@ -105,7 +106,7 @@ def _env(workdir: Path, database: str, url: str) -> dict[str, str]:
         GORGE_WEBHOOK_DATABASE_URL=url or database_url(database),
         GORGE_WEBHOOK_OUTBOUND_BLACKLIST="",
         GORGE_WEBHOOK_SILENT="false",
-        GORGE_SERVICE_TOKEN="bench-token",
+        GORGE_SERVICE_TOKEN=TOKEN,
         # A running worker keeps the counts (the bench refreshes them first): no view refreshes them itself.
         GORGE_WEBHOOK_COUNTS_REFRESH_SEC="3600",
         LOG_LEVEL="WARNING",
@@ -170,7 +171,7 @@ def _measure(rows: int, rounds: int) -> dict[str, Any]:  # pragma: no cover - ru
         "/api/webhook/hooks": "/api/webhook/hooks",
         "/metrics": "/metrics",
     }
-    headers = {"X-Service-Token": "bench-token"}
+    headers = {"X-Service-Token": os.environ["GORGE_SERVICE_TOKEN"]}
     figures: dict[str, Any] = {"rows": rows, **first_count}
     for name, url in urls.items():
         timings = []
