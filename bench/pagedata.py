@@ -45,9 +45,10 @@ def _intact(db: HeraldDB, rows: int) -> bool:
     return hooks == HOOKS and top == (rows, 1) and bool(marker) and _text(marker[0][0]).endswith(f"{rows:019d}")
 
 
-def ensure_herald(rows: int, *, log: Any) -> tuple[HeraldDB, int]:
-    """The herald database of this size, built on first use; and the epoch its week ends at."""
-    db = HeraldDB(database_name(rows))
+def ensure_herald(rows: int, *, log: Any, name: str | None = None) -> tuple[HeraldDB, int]:
+    """The herald database of this size (`name`, else the cached one), built on first use; and the epoch its
+    week ends at."""
+    db = HeraldDB(name or database_name(rows))
     if db.exists() and _intact(db, rows):
         return db, int(db.execute("SELECT MAX(dateCreated) FROM herald_webhookrequest")[0][0]) + 120
     log(f"building {db.name}: {rows:,} requests over {HOOKS} hooks, a week ({MIX})")
@@ -88,10 +89,10 @@ def ensure_herald(rows: int, *, log: Any) -> tuple[HeraldDB, int]:
     return db, end
 
 
-def site_database(rows: int, cache: Path, env: dict[str, str], *, log: Any) -> Path:
+def site_database(rows: int, cache: Path, env: dict[str, str], *, log: Any, database: str) -> Path:
     """Django's own database with `rows` attempts over the week, migrated by this tree; cached by size and by
     the migrations it was built with."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(" ".join(_hook_phids(database)).encode())  # the attempts name these hooks
     for migration in sorted((TREE / "webhook_delivery").rglob("migrations/0*.py")):
         digest.update(migration.read_bytes())
     path = cache / f"pages-site-{_tag(rows)}-{digest.hexdigest()[:10]}.sqlite3"
@@ -111,13 +112,13 @@ def site_database(rows: int, cache: Path, env: dict[str, str], *, log: Any) -> P
     )
     if done.returncode != 0:
         raise BenchError(f"migrate of the pages' site database failed: {done.stderr[-2000:]}")
-    _fill_attempts(building, rows)
+    _fill_attempts(building, rows, database)
     building.rename(path)
     return path
 
 
-def _fill_attempts(path: Path, rows: int) -> None:
-    hooks = _hook_phids(rows)
+def _fill_attempts(path: Path, rows: int, database: str) -> None:
+    hooks = _hook_phids(database)
     end = time.time()
     connection = sqlite3.connect(path)
     try:
@@ -172,8 +173,8 @@ def _insert_attempts(connection: sqlite3.Connection, batch: list[tuple[Any, ...]
     connection.commit()
 
 
-def _hook_phids(rows: int) -> list[str]:
-    admin = connect(database_name(rows))
+def _hook_phids(database: str) -> list[str]:
+    admin = connect(database)
     try:
         cursor = admin.cursor()
         cursor.execute("SELECT phid FROM herald_webhook ORDER BY id")

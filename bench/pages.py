@@ -14,6 +14,7 @@ read. Then what one refresh of the counts reads when nothing changed and after 1
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import secrets
@@ -26,13 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if "--measure" not in sys.argv:  # the measuring process runs the measured tree's Django and nothing of the bench
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.common import PYTHON, ROOT, SERVER, TREE, BenchError, connect
+    from bench.dbcost import WorkerUser
+    from bench.pagedata import ensure_herald, site_database
 
-from bench.common import PYTHON, ROOT, TREE, BenchError, connect
-from bench.dbcost import WorkerUser
-from bench.pagedata import ensure_herald, site_database
-
-CACHE = ROOT / "var" / "bench"
+    CACHE = ROOT / "var" / "bench"
 TOKEN = "bench-" + secrets.token_hex(8)  # the measuring process inherits it
 COST_VIEWS = 10
 VIEWS = [
@@ -61,14 +62,17 @@ def buffer_pool_mb() -> int:
         admin.close()
 
 
-def measure_size(rows: int, rounds: int, *, log: Any) -> dict[str, Any]:
-    """Builds (or reuses) the install of this size and measures it in a process of its own."""
-    db, _end = ensure_herald(rows, log=log)
+def measure_size(
+    rows: int, rounds: int, *, log: Any, name: str | None = None, cache: Path | None = None
+) -> dict[str, Any]:
+    """Builds (or reuses) the install of this size and measures it in a process of its own. `name` and
+    `cache`: a herald database and a folder of the caller's (the smoke run's, dropped after it)."""
+    db, _end = ensure_herald(rows, log=log, name=name)
     db.close()
     workdir = Path(tempfile.mkdtemp(prefix="gwbench-pages-"))
     try:
         base_env = _env(workdir, db.name, "")
-        cached = site_database(rows, CACHE, base_env, log=log)
+        cached = site_database(rows, cache or CACHE, base_env, log=log, database=db.name)
         site = workdir / "site.sqlite3"
         shutil.copyfile(cached, site)
         with WorkerUser(db.name) as user:
@@ -81,7 +85,9 @@ def measure_size(rows: int, rounds: int, *, log: Any) -> dict[str, Any]:
                 text=True,
                 timeout=3600,
                 check=False,
-                input=json.dumps({"user": user.url}),
+                input=json.dumps(
+                    {"user": user.url.split("://", 1)[1].split(":", 1)[0], "admin": dataclasses.asdict(SERVER)}
+                ),
             )
             if done.returncode != 0:
                 raise BenchError(f"pages at {rows:,}: {done.stderr[-3000:]}")
@@ -135,18 +141,15 @@ def _measure(rows: int, rounds: int) -> dict[str, Any]:  # pragma: no cover - ru
     from django.db import connections
     from django.test import Client
 
-    from webhook_delivery.reads import counts
     from webhook_delivery.web.metrics import COLLECTOR
 
-    config = settings.GORGE_WEBHOOK
-    user_stats = _UserStats()
+    user_stats = _UserStats(json.loads(sys.stdin.read()))
     started = time.monotonic()
     user_stats.reset()
-    while (done := counts.refresh(config, role="bench", grace=10**6)) is not None and not done.complete:
-        from webhook_delivery.records.models import HeraldTally
-
-        HeraldTally.objects.update(next_at=None)
-    first_count = {"first_count_sec": time.monotonic() - started, **user_stats.read("first_count")}
+    kept = _keep_counts(settings.GORGE_WEBHOOK)
+    figures: dict[str, Any] = {"rows": rows}
+    if kept:
+        figures.update(first_count_sec=time.monotonic() - started, **user_stats.read("first_count"))
     staff = get_user_model().objects.create_superuser("bench", "bench@example.invalid", secrets.token_hex(8))
     client = Client()
     client.force_login(staff)
@@ -154,17 +157,17 @@ def _measure(rows: int, rounds: int) -> dict[str, Any]:  # pragma: no cover - ru
         cursor.execute("SELECT phid FROM herald_webhook ORDER BY id LIMIT 1 OFFSET 5")
         failing_hook = cursor.fetchone()[0]
         failing_hook = failing_hook.decode() if isinstance(failing_hook, bytes) else failing_hook
-    middle = rows // 2
-    request_phid = f"PHID-HWBR-pg{middle:019d}"
+    request_phid = f"PHID-HWBR-pg{rows // 2:019d}"
     newest_object = f"PHID-TASK-pg{rows - 10:019d}"
+    requests = "/admin/webhook_delivery/heraldwebhookrequest/"
     urls = {
         "dashboard /": "/",
         "a hook's page": f"/hooks/{failing_hook}/",
         "the requeue dry run": f"/hooks/{failing_hook}/requeue/",
         "a request's page": f"/requests/{request_phid}/",
-        "admin request list, status = failed": "/admin/webhook_delivery/heraldwebhookrequest/?status__exact=failed",
-        "admin search, one request's full PHID": f"/admin/webhook_delivery/heraldwebhookrequest/?q={request_phid}",
-        "admin search, an object's PHID (bounded)": f"/admin/webhook_delivery/heraldwebhookrequest/?q={newest_object}",
+        "admin request list, status = failed": f"{requests}?status__exact=failed",
+        "admin search, one request's full PHID": f"{requests}?q={request_phid}",
+        "admin search, an object's PHID (bounded)": f"{requests}?q={newest_object}",
         "admin attempt list": "/admin/delivery_status/deliveryattempt/",
         "/api/webhook/stats": "/api/webhook/stats",
         "/api/webhook/health": "/api/webhook/health",
@@ -172,7 +175,6 @@ def _measure(rows: int, rounds: int) -> dict[str, Any]:  # pragma: no cover - ru
         "/metrics": "/metrics",
     }
     headers = {"X-Service-Token": os.environ["GORGE_SERVICE_TOKEN"]}
-    figures: dict[str, Any] = {"rows": rows, **first_count}
     for name, url in urls.items():
         timings = []
         for attempt in range(rounds + 1):
@@ -199,45 +201,59 @@ def _measure(rows: int, rounds: int) -> dict[str, Any]:  # pragma: no cover - ru
         booked = user_stats.read(name)
         figures[f"statements {name}"] = (booked[f"statements {name}"] - 2) / COST_VIEWS
         figures[f"rows read {name}"] = booked[f"rows read {name}"] / COST_VIEWS
-    # A refresh of the counts as a worker makes them: with nothing changed, then after 1,000 deliveries.
-    from webhook_delivery.records.models import HeraldTally
-
-    HeraldTally.objects.update(next_at=None)
-    user_stats.reset()
-    counts.refresh(config, role="bench", grace=10**6)
-    figures.update(user_stats.read("refresh, nothing changed"))
-    figures["refresh seconds"] = HeraldTally.objects.get().cost.get("seconds")
+    if kept:  # a refresh of the counts as a worker makes it, with nothing changed
+        user_stats.reset()
+        _keep_counts(settings.GORGE_WEBHOOK)
+        figures.update(user_stats.read("refresh, nothing changed"))
     return figures
+
+
+def _keep_counts(config: Any) -> bool:  # pragma: no cover - runs in the measuring process
+    """The counts refreshed until complete, as a running worker keeps them; False for a tree without them."""
+    try:
+        from webhook_delivery.reads import counts
+        from webhook_delivery.records.models import HeraldTally
+    except ImportError:
+        return False
+    while True:
+        HeraldTally.objects.update(next_at=None)
+        done = counts.refresh(config, role="bench")
+        if done is None or done.complete:
+            return True
 
 
 class _UserStats:  # pragma: no cover - runs in the measuring process
     """MariaDB's per-user statistics of the herald connection's user (bench/dbcost.py made it)."""
 
-    def __init__(self) -> None:
-        self.user = json.loads(sys.stdin.read())["user"].split("://", 1)[1].split(":", 1)[0]
+    def __init__(self, given: dict[str, Any]) -> None:
+        self.user = given["user"]
+        self.admin = given["admin"]
 
-    def _admin(self) -> Any:
-        return connect()
+    def _run(self, sql: str, params: Any = None) -> Any:
+        import MySQLdb
 
-    def reset(self) -> None:
-        admin = self._admin()
-        try:
-            admin.cursor().execute("FLUSH USER_STATISTICS")
-        finally:
-            admin.close()
-
-    def read(self, name: str) -> dict[str, float]:
-        admin = self._admin()
+        admin = MySQLdb.connect(
+            host=self.admin["host"],
+            port=int(self.admin["port"]),
+            user=self.admin["user"],
+            passwd=self.admin["password"],
+        )
         try:
             cursor = admin.cursor()
-            cursor.execute(
-                "SELECT SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS, ROWS_READ "
-                "FROM information_schema.USER_STATISTICS WHERE USER = %s",
-                (self.user,),
-            )
-            found = cursor.fetchone() or (0, 0)
+            cursor.execute(sql, params)
+            return cursor.fetchone()
         finally:
             admin.close()
+
+    def reset(self) -> None:
+        self._run("FLUSH USER_STATISTICS")
+
+    def read(self, name: str) -> dict[str, float]:
+        found = self._run(
+            "SELECT SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS, ROWS_READ "
+            "FROM information_schema.USER_STATISTICS WHERE USER = %s",
+            (self.user,),
+        ) or (0, 0)
         return {f"statements {name}": float(found[0]), f"rows read {name}": float(found[1])}
 
 
