@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from .config import CLUSTER_KEY, CLUSTER_VARIABLE, LOCAL_CONFIG_VARIABLE, DeliveryConfig
 from .phorge.config import ConfigDatabase, LocalConfigFile, resolve
@@ -56,7 +56,29 @@ def php_delivery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     config = settings.GORGE_WEBHOOK
     if not _partitioned(config)[1]:
         return [_delivery_info("unknown (Phorge's database did not answer)")]
-    return _php_delivery(config)
+    return _php_delivery(config) + _key_status(config)
+
+
+def _key_status(config: DeliveryConfig) -> list[CheckMessage]:
+    """Whether Phorge's request table has the optional key_status (contrib/phorge), as the counts use it."""
+    from .config import PHORGE_ALIAS
+    from .reads.tally_sql import TallyReader
+
+    try:
+        present = TallyReader(connections[PHORGE_ALIAS], config).has_key_status()
+    except DatabaseError:
+        return []
+    if present:
+        text = "herald_webhookrequest has key_status (status, id): requests put back in the queue are counted at once"
+        return [checks.Info(text, id="gorge.I002")]
+    return [
+        checks.Info(
+            "herald_webhookrequest has no key_status (status, id): optional; without it the counts find requests "
+            "put back in the queue from this service's requeue notices, and the rest within a sweep",
+            hint="apply contrib/phorge/gorge-webhook-key-status.patch to Phorge, then ./bin/storage upgrade",
+            id="gorge.I002",
+        )
+    ]
 
 
 def _alert_channels() -> list[CheckMessage]:

@@ -146,3 +146,50 @@ def test_the_turn_of_a_process_that_died_passes_once_its_lease_is_over(phorge: P
     assert counts.refresh(config(), role="alive") is None
     HeraldTally.objects.update(held_until="2000-01-01 00:00:00+00:00")  # as if LEASE_SEC had passed
     assert counts.refresh(config(), role="alive") is not None
+
+
+@pytest.fixture
+def key_status(phorge: Phorge) -> Any:
+    phorge.execute("ALTER TABLE herald_webhookrequest ADD KEY key_status (status, id)")
+    yield
+    phorge.execute("ALTER TABLE herald_webhookrequest DROP KEY key_status")
+
+
+def test_the_optional_key_status_is_found_and_said(phorge: Phorge, staff: Any, settings: Any) -> None:
+    from webhook_delivery.checks import _key_status
+
+    settings.GORGE_WEBHOOK = config(service_token="t0ken")
+    phorge.hook("http://127.0.0.1:9/k")
+    (absent,) = _key_status(settings.GORGE_WEBHOOK)
+    assert absent.id == "gorge.I002" and "has no key_status" in absent.msg and "key-status.patch" in absent.hint
+    page = staff.get("/").content.decode()
+    assert '<td id="key-status">absent</td>' in page
+    assert (
+        staff.get("/api/webhook/health", headers={"X-Service-Token": "t0ken"}).json()["data"]["phorge_settings"][
+            "key_status"
+        ]
+        is False
+    )
+
+
+def test_with_key_status_a_request_put_back_by_hand_is_counted_at_once(
+    phorge: Phorge, key_status: None, staff: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from webhook_delivery.checks import _key_status
+
+    monkeypatch.setattr(tally_refresh, "SWEEP_SEC", 10**12)
+    settings.GORGE_WEBHOOK = config(service_token="t0ken")
+    hook = phorge.hook("http://127.0.0.1:9/k")
+    failed = phorge.request(hook, status="failed", lastRequestResult="fail", lastRequestEpoch=phorge.now())
+    assert queue.queue_health(config()).failed == 1
+    phorge.execute(
+        "UPDATE herald_webhookrequest SET status = 'queued', lastRequestResult = 'none', lastRequestEpoch = 0 "
+        "WHERE phid = %s",
+        (failed,),
+    )
+    health = queue.queue_health(config())
+    assert (health.failed, health.queued, health.key_status) == (0, 1, True)
+    assert_counts_true(health, config())
+    (present,) = _key_status(settings.GORGE_WEBHOOK)
+    assert "has key_status" in present.msg
+    assert '<td id="key-status">present</td>' in staff.get("/").content.decode()
