@@ -173,8 +173,10 @@ def plan(
     bounded, floor = False, 0
     if objects:
         newest, now = _newest()
-        floor = max(_first_id_since(now - SEARCH_DAYS * 86400) or newest + 1, newest - SEARCH_ROWS + 1, 1)
+        since = now - SEARCH_DAYS * 86400
+        floor = max(_first_id_since(since) or newest + 1, newest - SEARCH_ROWS + 1, 1)
         where, more = in_filter("objectPHID", list(objects), "o")
-        sources.append(Source(REQUESTS, " AND ".join([f"id >= {floor}", where, *clauses]), {**params, **more}))
+        bounds = [f"id >= {floor}", f"dateCreated >= {int(since)}"]
+        sources.append(Source(REQUESTS, " AND ".join([*bounds, where, *clauses]), {**params, **more}))
         bounded = True
     return Plan(sources, bounded=bounded, searched_from=floor)
