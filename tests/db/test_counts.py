@@ -5,6 +5,7 @@ period; and every figure equal to a full count at the time the counts state (tes
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import pytest
@@ -193,3 +194,63 @@ def test_with_key_status_a_request_put_back_by_hand_is_counted_at_once(
     (present,) = _key_status(settings.GORGE_WEBHOOK)
     assert "has key_status" in present.msg
     assert '<td id="key-status">present</td>' in staff.get("/").content.decode()
+
+
+T = 1_796_000_000  # 2026-11-30 00:53:20 UTC on Phorge's database clock
+
+
+def test_the_pages_say_as_of_when_the_counts_were_taken(phorge: Phorge, staff: Any, settings: Any) -> None:
+    from tests.support.clock import PhorgeClock
+
+    hook = phorge.hook("http://127.0.0.1:9/words")
+    clock = PhorgeClock(phorge, T)
+    try:
+        phorge.request(hook, created=T - 10)
+        settings.GORGE_WEBHOOK = config(counts_refresh_sec=0)
+        assert 'data-complete="yes"' in staff.get("/").content.decode()  # counted at T
+        clock.advance(42)
+        settings.GORGE_WEBHOOK = config(counts_refresh_sec=3600)  # a worker keeps them: no refresh here
+        page = staff.get("/").content.decode()
+        said = re.search(r'<p class="gw-muted" id="counted"[^>]*>(.*?)</p>', page, re.S)
+        assert said is not None
+        assert said.group(1) == (
+            "Queued, due, lag, sent, failed and errors: exact as of 00:53 UTC (42 s before this page), counted by "
+            "one worker at a time, never recounted for a page. Last success, last failure and the breaker: read now."
+        )
+        hook_page = staff.get(f"/hooks/{hook}/").content.decode()
+        assert "exact as of 00:53 UTC (42 s before this page)" in hook_page
+    finally:
+        clock.release()
+
+
+def test_while_the_first_count_goes_on_the_pages_say_how_far(
+    phorge: Phorge, staff: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tally_refresh, "BUDGET_IDS", 4)
+    hook = phorge.hook("http://127.0.0.1:9/far")
+    for _ in range(10):
+        phorge.request(hook)
+    assert counts.refresh(config(), role="first", budget=4) is not None
+    HeraldTally.objects.update(next_at="2999-01-01 00:00:00+00:00")  # no refresh by the page itself
+    page = staff.get("/").content.decode()
+    assert "Counting Phorge's retained requests for the first time: 40 % of them so far." in page
+    assert 'data-complete="no"' in page
+    stats = staff.get("/api/webhook/stats").json()["data"]
+    assert (stats["queuedCount"], stats["countsComplete"]) == (4, False)
+
+
+def test_without_djangos_database_the_counts_are_said_unknown_not_zero(
+    phorge: Phorge, client: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import DatabaseError
+
+    settings.GORGE_WEBHOOK = config(service_token="t0ken")
+    phorge.request(phorge.hook("http://127.0.0.1:9/down"))
+
+    def down(source: str) -> Any:
+        raise DatabaseError("gone")
+
+    monkeypatch.setattr(stored, "read", down)
+    health = client.get("/api/webhook/health", headers={"X-Service-Token": "t0ken"}).json()["data"]
+    assert health["queue"]["queued"] is None and health["queue"]["counted_at"] is None
+    assert client.get("/api/webhook/stats", headers={"X-Service-Token": "t0ken"}).status_code == 500
