@@ -254,3 +254,19 @@ def test_without_djangos_database_the_counts_are_said_unknown_not_zero(
     health = client.get("/api/webhook/health", headers={"X-Service-Token": "t0ken"}).json()["data"]
     assert health["queue"]["queued"] is None and health["queue"]["counted_at"] is None
     assert client.get("/api/webhook/stats", headers={"X-Service-Token": "t0ken"}).status_code == 500
+
+
+def test_an_idle_refresh_sends_one_statement_and_the_counts_stand(phorge: Phorge) -> None:
+    hook = phorge.hook("http://127.0.0.1:9/idle")
+    for _ in range(3):
+        phorge.request(hook, status="sent", lastRequestResult="okay", lastRequestEpoch=phorge.now())
+    assert counts.refresh(config(), role="test") is not None
+    phorge.next_second()
+    assert counts.refresh(config(), role="test") is not None
+    assert (cost()["statements"], cost()["requests_read"]) == (1, 0)
+    health = queue.queue_health(config(counts_refresh_sec=3600))
+    assert health.sent == 3 and 0 <= phorge.now() - (health.counted_at or 0) <= 1
+    phorge.request(hook)  # something new: a whole refresh again
+    assert counts.refresh(config(), role="test") is not None
+    assert cost()["statements"] > 1
+    assert_counts_true(queue.queue_health(config(counts_refresh_sec=3600)), config())

@@ -9,7 +9,7 @@ from django.db.backends.signals import connection_created
 
 from tests.support.helpers import Phorge
 from webhook_delivery.config import PHORGE_ALIAS
-from webhook_delivery.reads import phorge_status
+from webhook_delivery.reads import counts, phorge_status
 
 
 class FixedClock:
@@ -37,20 +37,31 @@ class PhorgeClock(FixedClock):
 
     def __init__(self, phorge: Phorge, now: int) -> None:
         self.phorge = phorge
+        self.others: list[Any] = []  # connections opened meanwhile (the counts' refreshes keep their own)
+        counts._forget_connection()  # the next refresh opens one, on this clock
         super().__init__(now)
         self.set(now)
         connection_created.connect(self._opened, weak=False, dispatch_uid=f"phorge-clock-{id(self)}")
 
     def _opened(self, sender: Any, connection: Any, **kwargs: Any) -> None:
         if connection.alias == PHORGE_ALIAS and connection.vendor == "mysql":
+            self.others.append(connection)
             with connection.cursor() as cursor:
                 cursor.execute("SET timestamp = %s", [int(self.now)])
 
     def set(self, now: float) -> None:
         super().set(now)
         self.phorge.execute("SET timestamp = %s", (now,))
+        for other in getattr(self, "others", []):
+            if other.connection is not None:
+                with other.cursor() as cursor:
+                    cursor.execute("SET timestamp = %s", [int(now)])
         phorge_status._php_guard.cache_clear()  # the guard caches its reading a few seconds
 
     def release(self) -> None:
         connection_created.disconnect(dispatch_uid=f"phorge-clock-{id(self)}")
         self.phorge.execute("SET timestamp = DEFAULT")
+        for other in self.others:
+            if other.connection is not None:
+                with other.cursor() as cursor:
+                    cursor.execute("SET timestamp = DEFAULT")

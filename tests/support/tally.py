@@ -15,6 +15,7 @@ from django.db import connections
 from webhook_delivery.config import PHORGE_ALIAS, DeliveryConfig
 from webhook_delivery.phorge.columns import positional
 from webhook_delivery.phorge.herald import REQUESTS, Dialect, text
+from webhook_delivery.reads import counts
 from webhook_delivery.reads.health import QueueHealth
 from webhook_delivery.reads.herald import json_text
 
@@ -113,4 +114,5 @@ def refresh_statements(monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[str
         return wrapper
 
     monkeypatch.setattr(connections, "create_connection", recording)
+    counts._forget_connection()  # the next refresh opens its connection again, recorded
     return lambda: [query["sql"] for wrapper in made if wrapper.alias == PHORGE_ALIAS for query in wrapper.queries]

@@ -171,6 +171,7 @@ def main() -> None:
         tally_refresh.SWEEP_SEC = 0
         check("put back by hand, swept")
         tally_refresh.SWEEP_SEC = 3600
+        tally_refresh.KEY_STATUS_SEC = 0  # the key is looked for every ten minutes: at once here
         if vendor == "mysql":
             execute("ALTER TABLE herald_webhookrequest ADD KEY key_status (status, id)")
         else:

@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import DatabaseError, connections
 
@@ -26,7 +27,7 @@ from ..records.models import RequeueNotice
 from ..records.tally import Snapshot
 from .attempt_digest import LATENCY_SEC, refresh_digest
 from .tally import totals_json
-from .tally_refresh import BUDGET_IDS, Chunks, Refresh, State
+from .tally_refresh import BUDGET_IDS, Chunks, Outcome, Refresh, State
 from .tally_sql import TallyReader, consistent_snapshot
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,29 @@ class Refreshed:
 
 def _holder(role: str) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{role}"[:200]
+
+
+_local = threading.local()
+
+
+def _connection() -> Any:
+    """This thread's own connection to herald's master for the refreshes, kept between them: the worker's
+    refresher keeps one; a reader that refreshes (no worker runs) keeps its thread's."""
+    connection = getattr(_local, "connection", None)
+    if connection is None:
+        connection = _local.connection = connections.create_connection(PHORGE_ALIAS)
+    connection.close_if_unusable_or_obsolete()
+    return connection
+
+
+def _forget_connection() -> None:
+    connection = getattr(_local, "connection", None)
+    _local.connection = None
+    if connection is not None:
+        try:
+            connection.close()
+        except DatabaseError:
+            pass
 
 
 def source() -> str:
@@ -80,13 +104,18 @@ def refresh(config: DeliveryConfig, *, role: str, grace: float = 0.0, budget: in
         # sees every request it names.
         notices = _notices(state.notices)
         chunks = Chunks(lambda numbers: stored.chunks(kept.tally_id, numbers), kept.settled)
-        connection = connections.create_connection(PHORGE_ALIAS)
+        connection = _connection()
         try:
             reader = TallyReader(connection, config)
-            with consistent_snapshot(connection):
-                outcome = Refresh(reader, state, chunks, notices, budget=budget).run()
-        finally:
-            connection.close()
+            bounds = reader.bounds()
+            if state.unchanged(bounds, notices):  # an idle Phorge: one statement, the counts stand
+                outcome = Outcome(bounds.now, True, state, {}, chunks, False, state.key_status)
+            else:
+                with consistent_snapshot(connection):
+                    outcome = Refresh(reader, state, chunks, notices, budget=budget).run()
+        except DatabaseError:
+            _forget_connection()
+            raise
         digest = refresh_digest(kept.attempts, outcome.now, latency_every=min(LATENCY_SEC, config.counts_refresh_sec))
         seconds = time.monotonic() - started
         next_in = _next_in(config, outcome.complete, seconds)

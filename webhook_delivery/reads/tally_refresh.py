@@ -41,7 +41,7 @@ from .tally import (
     settled_of,
     union,
 )
-from .tally_sql import TallyReader
+from .tally_sql import Bounds, TallyReader
 
 BUDGET_IDS = 20_000  # new ids counted per refresh at most
 SWEEP_SEC = 60  # one chunk counted again this often
@@ -50,6 +50,7 @@ HOLE_SETTLE_SEC = 120
 HOLES_KEPT = 512
 REFUSALS_KEPT = 50
 RECENT_SEC = 86_400  # the refusals kept for the dashboard's recent failures: the last day's
+KEY_STATUS_SEC = 600  # how often Phorge's table is looked at again for key_status
 
 
 @dataclass
@@ -67,6 +68,8 @@ class State:
     swept_at: int = 0
     refusals: list[tuple[int, int, str]] = field(default_factory=list)  # (dateModified, id, hook), newest first
     oldest: dict[int, int] = field(default_factory=dict)  # chunk: its smallest dateCreated
+    key_status: bool = False  # whether Phorge's table had key_status when last looked at
+    key_status_at: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +84,8 @@ class State:
             "swept_at": self.swept_at,
             "refusals": [list(one) for one in self.refusals],
             "oldest": {str(number): created for number, created in sorted(self.oldest.items())},
+            "key_status": self.key_status,
+            "key_status_at": self.key_status_at,
         }
 
     @classmethod
@@ -99,6 +104,23 @@ class State:
             swept_at=int(value["swept_at"]),
             refusals=[(int(a), int(b), str(c)) for a, b, c in value["refusals"]],
             oldest={int(number): int(created) for number, created in value["oldest"].items()},
+            key_status=bool(value.get("key_status", False)),
+            key_status_at=int(value.get("key_status_at", 0)),
+        )
+
+    def unchanged(self, bounds: Bounds, notices: Sequence[tuple[int, str, int]]) -> bool:
+        """Whether nothing can have changed since the last refresh, as far as `bounds` (read outside any
+        snapshot) tell: no new id, none collected, nothing queued or in a hole to read again, no requeue
+        notice, no sweep and no look for key_status due. Then the counts stand, as of `bounds.now`."""
+        return bool(
+            self.frontier
+            and (bounds.max_id, bounds.min_id, bounds.min_created) == (self.frontier, self.low, self.low_created)
+            and not self.queued
+            and not self.holes
+            and not any(notice > self.notices for notice, _hook, _low in notices)
+            and bounds.now - self.swept_at < SWEEP_SEC
+            and bounds.now - self.key_status_at < KEY_STATUS_SEC
+            and not self.key_status  # with it, the queued requests are looked for at every refresh
         )
 
 
@@ -208,7 +230,9 @@ class Refresh:
             notices = [n for n in self.notices if n[0] > state.notices]
             state.notices = max((n[0] for n in notices), default=state.notices)
         dirty = self._front(bounds.min_id, bounds.min_created)
-        key_status = self.reader.has_key_status()
+        if now - state.key_status_at >= KEY_STATUS_SEC:
+            state.key_status, state.key_status_at = self.reader.has_key_status(), now
+        key_status = state.key_status
         dirty |= self._put_back(key_status, notices)
         if state.frontier >= bounds.max_id:  # not while the first count goes on
             dirty |= self._sweep(now)
