@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import PYTHON, TREE, BenchError, connect
-from bench.herald import WEEK, HeraldDB, _text
+from bench.herald import WEEK, HeraldDB, _insert_generated, _text
 
 HOOKS = 100
 MIX = "970 sent, 20 failed http/500, 5 failed hook/uri, 5 queued retrying (of every 1,000)"
@@ -55,36 +55,34 @@ def ensure_herald(rows: int, *, log: Any, name: str | None = None) -> tuple[Hera
     db.create()
     hooks = [db.add_hook(f"http://127.0.0.1:9/p{i}", name=f"hook {i:03d}") for i in range(HOOKS)]
     end = db.now()
-    choose_hook = "ELT(1 + seq % {n}, {phids})".format(n=HOOKS, phids=", ".join(f"'{h.phid}'" for h in hooks))
     kind = "seq % 1000"
-    status = f"CASE WHEN {kind} < 5 THEN 'queued' WHEN {kind} < 30 THEN 'failed' ELSE 'sent' END"
-    result = f"CASE WHEN {kind} < 25 THEN 'fail' WHEN {kind} < 30 THEN 'none' ELSE 'okay' END"
     retry_epoch = "created + 60"
-    epoch = f"CASE WHEN {kind} < 5 THEN {retry_epoch} WHEN {kind} BETWEEN 25 AND 29 THEN 0 ELSE created + 1 END"
-    modified = f"CASE WHEN {kind} < 5 THEN {retry_epoch} ELSE created + 1 END"
     outcome = (
         f'CASE WHEN {kind} < 5 THEN \',"errorType":"http","errorCode":503\' '
         f'WHEN {kind} < 25 THEN \',"errorType":"http","errorCode":500\' '
         f'WHEN {kind} < 30 THEN \',"errorType":"hook","errorCode":"uri"\' '
         'ELSE \',"errorType":"http","errorCode":200\' END'
     )
-    chunk = 100_000
-    for low in range(1, rows + 1, chunk):
-        high = min(rows, low + chunk - 1)
-        db.execute(
-            f"""INSERT INTO herald_webhookrequest (id, phid, webhookPHID, objectPHID, status, properties,
-                lastRequestResult, lastRequestEpoch, dateCreated, dateModified)
-            SELECT seq, CONCAT('PHID-HWBR-pg', LPAD(seq, 19, '0')), hook, CONCAT('PHID-TASK-pg', LPAD(seq, 19, '0')),
-                {status},
-                CONCAT('{{"retry":"', IF({kind} < 5, 'forever', 'never'), '","transactionPHIDs":["PHID-XACT-TASK-',
-                       LPAD(seq, 15, '0'), '"],"triggerPHIDs":["', hook, '"],"silent":false,"secure":false', {outcome},
-                       '}}'),
-                {result}, {epoch}, created, {modified}
-            FROM (SELECT seq, {choose_hook} AS hook, {end} - {WEEK} + (seq * {WEEK - 120}) DIV {rows} AS created
-                  FROM seq_{low}_to_{high}) AS generated
-            ORDER BY seq"""
-        )
-        log(f"  {high:,} / {rows:,} requests")
+    result = f"CASE WHEN {kind} < 25 THEN 'fail' WHEN {kind} < 30 THEN 'none' ELSE 'okay' END"
+    epoch = f"CASE WHEN {kind} < 5 THEN {retry_epoch} WHEN {kind} BETWEEN 25 AND 29 THEN 0 ELSE created + 1 END"
+    modified = f"CASE WHEN {kind} < 5 THEN {retry_epoch} ELSE created + 1 END"
+    _insert_generated(
+        db,
+        rows,
+        hooks,
+        first_id=1,
+        tag="pg",
+        status=f"CASE WHEN {kind} < 5 THEN 'queued' WHEN {kind} < 30 THEN 'failed' ELSE 'sent' END",
+        properties_tail="",
+        properties=(
+            f"CONCAT('{{\"retry\":\"', IF({kind} < 5, 'forever', 'never'), "
+            '\'","transactionPHIDs":["PHID-XACT-TASK-\', LPAD(seq, 15, \'0\'), \'"],"triggerPHIDs":["\', hook, '
+            f'\'"],"silent":false,"secure":false\', {outcome}, \'}}\')'
+        ),
+        created=f"{end} - {WEEK} + (seq * {WEEK - 120}) DIV {rows}",
+        result=f"{result}, {epoch}, created, {modified}",
+        log=log,
+    )
     db.execute("ANALYZE TABLE herald_webhookrequest")
     return db, end
 

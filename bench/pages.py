@@ -32,6 +32,7 @@ if "--measure" not in sys.argv:  # the measuring process runs the measured tree'
     from bench.common import PYTHON, ROOT, SERVER, TREE, BenchError, connect
     from bench.dbcost import WorkerUser
     from bench.pagedata import ensure_herald, site_database
+    from bench.workers import worker_env
 
     CACHE = ROOT / "var" / "bench"
 TOKEN = "bench-" + secrets.token_hex(8)  # the measuring process inherits it
@@ -97,21 +98,10 @@ def measure_size(
 
 
 def _env(workdir: Path, database: str, url: str) -> dict[str, str]:
-    from bench.common import database_url
-
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("GORGE_") and key not in {"LOG_LEVEL", "LOG_FORMAT", "DATABASE_URL", "DEBUG"}
-    }
+    """The workers' environment (bench/workers.py), the herald connection as `url` when given, and what the
+    pages need."""
+    env = worker_env(workdir, database)
     env.update(
-        GORGE_ENV_FILE="/dev/null",
-        SECRET_KEY="bench-only-" + secrets.token_hex(24),
-        DATABASE_URL=f"sqlite:///{workdir / 'site.sqlite3'}",
-        DJANGO_SETTINGS_MODULE="gorge_site.settings",
-        GORGE_WEBHOOK_DATABASE_URL=url or database_url(database),
-        GORGE_WEBHOOK_OUTBOUND_BLACKLIST="",
-        GORGE_WEBHOOK_SILENT="false",
         GORGE_SERVICE_TOKEN=TOKEN,
         # A running worker keeps the counts (the bench refreshes them first): no view refreshes them itself.
         GORGE_WEBHOOK_COUNTS_REFRESH_SEC="3600",
@@ -120,6 +110,8 @@ def _env(workdir: Path, database: str, url: str) -> dict[str, str]:
         GORGE_BEHIND_TLS_PROXY="false",
         PYTHONPATH=str(TREE),
     )
+    if url:
+        env["GORGE_WEBHOOK_DATABASE_URL"] = url
     return env
 
 
