@@ -33,6 +33,7 @@ from .tally_sql import TallyReader, consistent_snapshot
 logger = logging.getLogger(__name__)
 
 DUTY = 20  # the next refresh waits at least this many times as long as the last one took
+IDLE_MAX_SEC = 20.0  # nothing could change for a while: refreshes further apart, at most this
 BUILD_PAUSE_SEC = 1.0  # between the steps of a first count
 READER_GRACE_SEC = 2.0  # a reader refreshes only once a worker is this late
 
@@ -61,6 +62,11 @@ def _connection() -> Any:
     return connection
 
 
+def forget_connection() -> None:
+    """Close this thread's refresh connection (a worker whose turn it was not keeps none open)."""
+    _forget_connection()
+
+
 def _forget_connection() -> None:
     connection = getattr(_local, "connection", None)
     _local.connection = None
@@ -82,12 +88,16 @@ def _notices(after: int) -> list[tuple[int, str, int]]:
     return [(notice_id, phid, lowest) for notice_id, phid, lowest in rows.values_list("id", "hook_phid", "lowest_id")]
 
 
-def _next_in(config: DeliveryConfig, complete: bool, seconds: float) -> float:
+def _next_in(config: DeliveryConfig, complete: bool, seconds: float, *, idle: int = 0) -> float:
+    """When the next refresh may start: the period, or DUTY times this one's length; soon while a first count
+    goes on; twice, then four times the period while nothing can change (no request queued: nothing
+    whose due time passes), at most IDLE_MAX_SEC."""
     if not config.counts_refresh_sec:
         return 0.0
     if not complete:
         return BUILD_PAUSE_SEC
-    return max(float(config.counts_refresh_sec), DUTY * seconds)
+    period = max(float(config.counts_refresh_sec), DUTY * seconds)
+    return max(period, min(IDLE_MAX_SEC, period * 2 ** min(idle, 2))) if idle else period
 
 
 def refresh(config: DeliveryConfig, *, role: str, grace: float = 0.0, budget: int = BUDGET_IDS) -> Refreshed | None:
@@ -109,6 +119,7 @@ def refresh(config: DeliveryConfig, *, role: str, grace: float = 0.0, budget: in
             reader = TallyReader(connection, config)
             bounds = reader.bounds()
             if state.unchanged(bounds, notices):  # an idle Phorge: one statement, the counts stand
+                state.idle += 1
                 outcome = Outcome(bounds.now, True, state, {}, chunks, False, state.key_status)
             else:
                 with consistent_snapshot(connection):
@@ -118,7 +129,7 @@ def refresh(config: DeliveryConfig, *, role: str, grace: float = 0.0, budget: in
             raise
         digest = refresh_digest(kept.attempts, outcome.now, latency_every=min(LATENCY_SEC, config.counts_refresh_sec))
         seconds = time.monotonic() - started
-        next_in = _next_in(config, outcome.complete, seconds)
+        next_in = _next_in(config, outcome.complete, seconds, idle=outcome.state.idle)
         saved = stored.save(
             where,
             holder,

@@ -70,6 +70,8 @@ class State:
     oldest: dict[int, int] = field(default_factory=dict)  # chunk: its smallest dateCreated
     key_status: bool = False  # whether Phorge's table had key_status when last looked at
     key_status_at: int = 0
+    counted: bool = False  # a whole refresh has run since the start (or the last reset)
+    idle: int = 0  # refreshes in a row that found nothing could have changed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +88,8 @@ class State:
             "oldest": {str(number): created for number, created in sorted(self.oldest.items())},
             "key_status": self.key_status,
             "key_status_at": self.key_status_at,
+            "counted": self.counted,
+            "idle": self.idle,
         }
 
     @classmethod
@@ -106,6 +110,8 @@ class State:
             oldest={int(number): int(created) for number, created in value["oldest"].items()},
             key_status=bool(value.get("key_status", False)),
             key_status_at=int(value.get("key_status_at", 0)),
+            counted=bool(value.get("counted", False)),
+            idle=int(value.get("idle", 0)),
         )
 
     def unchanged(self, bounds: Bounds, notices: Sequence[tuple[int, str, int]]) -> bool:
@@ -113,7 +119,7 @@ class State:
         snapshot) tell: no new id, none collected, nothing queued or in a hole to read again, no requeue
         notice, no sweep and no look for key_status due. Then the counts stand, as of `bounds.now`."""
         return bool(
-            self.frontier
+            self.counted
             and (bounds.max_id, bounds.min_id, bounds.min_created) == (self.frontier, self.low, self.low_created)
             and not self.queued
             and not self.holes
@@ -251,6 +257,7 @@ class Refresh:
             {one[1]: one for one in state.refusals if one[0] >= now - RECENT_SEC}.values(), reverse=True
         )[:REFUSALS_KEPT]
         self.chunks.settle_refusals()
+        state.counted, state.idle = True, 0
         base = max(0, bounds.min_id - 1)
         return Outcome(
             now=now,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import DatabaseError, connections
 
@@ -17,6 +18,8 @@ logger = logging.getLogger(__name__)
 
 IDLE_SEC = 1.0  # how often a worker whose turn it is not looks again
 RETRY_MAX_SEC = 30.0
+START_SEC = 3.0  # the first look, once the worker's own start-up is done
+KEEP_CONNECTION_SEC = 60.0  # a worker whose turn it has not been for this long holds no connection for it
 
 
 class TallyKeeper:
@@ -24,6 +27,7 @@ class TallyKeeper:
         self.config = config
         self.stopping = threading.Event()
         self._failing = False
+        self._refreshed = 0.0  # when this worker last refreshed (monotonic)
         self._thread = threading.Thread(target=self._run, name="tally-keeper", daemon=True)
 
     def start(self) -> None:
@@ -35,11 +39,12 @@ class TallyKeeper:
             self._thread.join(wait_sec)
 
     def _run(self) -> None:
-        wait = 0.0
+        wait = START_SEC
         try:
             while not self.stopping.wait(wait):
                 wait = self._once()
         finally:
+            counts.forget_connection()
             connections.close_all()  # this thread's own
 
     def _once(self) -> float:
@@ -62,5 +67,8 @@ class TallyKeeper:
             self._failing = False
             logger.info("the counts are refreshed again", extra={"event": "tally.refresh_back"})
         if done is None:
+            if time.monotonic() - self._refreshed > KEEP_CONNECTION_SEC:
+                counts.forget_connection()  # other processes refresh: hold no connection of Phorge's for it
             return IDLE_SEC
+        self._refreshed = time.monotonic()
         return max(done.next_in, IDLE_SEC if done.complete else 0.05)
