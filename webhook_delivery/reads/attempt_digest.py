@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count
-from django.db.models.functions import Round, TruncMinute
+from django.db.models import BigIntegerField, Count, Func
+from django.db.models.functions import Round
 
 from ..phorge.herald import RequestResult
 from ..records.models import DeliveryAttempt
 
 HOUR = timedelta(hours=1)
 CHART_HOURS = 6
-CHART_STEP_SEC = 60  # one bar per minute: TruncMinute below
+CHART_STEP_SEC = 60  # one bar per minute: EpochMinute below
 LATENCY_SEC = 30
 SETTLE_SEC = 120
 
@@ -92,6 +92,24 @@ class DeliverySeries:
         return len(self.sent) * self.step // 3600
 
 
+class EpochMinute(Func):
+    """Minutes since the epoch of a UTC datetime, computed by the database itself (Django's TruncMinute calls a
+    Python function per row on SQLite, holding a worker's GIL)."""
+
+    output_field = BigIntegerField()
+    template = "TIMESTAMPDIFF(MINUTE, '1970-01-01 00:00:00', %(expressions)s)"
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="(CAST(strftime('%%%%s', %(expressions)s) AS INTEGER) / 60)", **extra
+        )
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="FLOOR(EXTRACT(EPOCH FROM %(expressions)s) / 60)::bigint", **extra
+        )
+
+
 def _minutes(since: int) -> dict[int, tuple[int, int]]:
     """{minute: (sent, failed)} of the attempts from `since` on: one grouped query on the (started_at,
     result) index, at most two rows per minute."""
@@ -100,14 +118,14 @@ def _minutes(since: int) -> dict[int, tuple[int, int]]:
             started_at__gte=datetime.fromtimestamp(since, UTC),
             result__in=[RequestResult.OKAY, RequestResult.FAIL],
         )
-        .annotate(minute=TruncMinute("started_at"))
+        .annotate(minute=EpochMinute("started_at"))
         .values_list("result", "minute")
         .annotate(n=Count("id"))
         .order_by()
     )
     found: dict[int, list[int]] = {}
     for result, minute, n in rows:
-        counts = found.setdefault(int(minute.timestamp()) // CHART_STEP_SEC, [0, 0])
+        counts = found.setdefault(int(minute), [0, 0])
         counts[0 if result == RequestResult.OKAY else 1] += n
     return {minute: (sent, failed) for minute, (sent, failed) in found.items()}
 

@@ -89,13 +89,13 @@ def _notices(after: int) -> list[tuple[int, str, int]]:
 
 
 def _next_in(config: DeliveryConfig, complete: bool, seconds: float, *, idle: int = 0) -> float:
-    """When the next refresh may start: the period, or DUTY times this one's length; soon while a first count
-    goes on; twice, then four times the period while nothing can change (no request queued: nothing
-    whose due time passes), at most IDLE_MAX_SEC."""
+    """When the next refresh may start: the period, or DUTY times this one's length; while a first count goes
+    on, a second or DUTY times this step's length; twice, then four times the period while nothing can change
+    (no request queued: nothing whose due time passes), at most IDLE_MAX_SEC."""
     if not config.counts_refresh_sec:
         return 0.0
     if not complete:
-        return BUILD_PAUSE_SEC
+        return max(BUILD_PAUSE_SEC, DUTY * seconds)
     period = max(float(config.counts_refresh_sec), DUTY * seconds)
     return max(period, min(IDLE_MAX_SEC, period * 2 ** min(idle, 2))) if idle else period
 

@@ -246,8 +246,9 @@ class Refresh:
         for number in sorted(dirty):
             self._recount(number)
         recounted = [chunk_range(n) for n in dirty]
-        self._queued(minus(state.queued, normalized(recounted)))
         top = min(bounds.max_id, state.frontier + self.budget)
+        if top >= bounds.max_id:  # a first count reads the queued requests again once, at its last step
+            self._queued(minus(state.queued, normalized(recounted)))
         if top > state.frontier:
             self._new(state.frontier + 1, top, bounds.max_id)
             state.frontier = top
