@@ -97,6 +97,25 @@ def measure_size(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def measure_sizes(
+    sizes: list[int],
+    rounds: int,
+    turns: int,
+    *,
+    log: Any,
+    names: dict[int, str] | None = None,
+    cache: Path | None = None,
+) -> dict[int, dict[str, Any]]:
+    """Each size measured `turns` times, the sizes taking turns (small, large, large, small, ...) so that a
+    shared machine's drift falls on both; each figure the median of its turns."""
+    found: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
+    for turn in range(turns):
+        for rows in sizes if turn % 2 == 0 else list(reversed(sizes)):
+            name = None if names is None else names[rows]
+            found[rows].append(measure_size(rows, rounds, log=log, name=name, cache=cache))
+    return {rows: {key: statistics.median(one[key] for one in runs) for key in runs[0]} for rows, runs in found.items()}
+
+
 def _env(workdir: Path, database: str, url: str) -> dict[str, str]:
     """The workers' environment (bench/workers.py), the herald connection as `url` when given, and what the
     pages need."""
@@ -253,14 +272,15 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--turns", type=int, default=3, help="each size measured this many times, in turns")
     parser.add_argument("--measure", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
         print(json.dumps(_measure(args.measure, args.rounds)))
         return 0
     sizes = [int(size) for size in args.sizes.split(",")]
-    results = [measure_size(size, args.rounds, log=lambda text: print(text, file=sys.stderr)) for size in sizes]
-    print(json.dumps({"buffer_pool_mb": buffer_pool_mb(), "sizes": results}, indent=1))
+    found = measure_sizes(sizes, args.rounds, args.turns, log=lambda text: print(text, file=sys.stderr))
+    print(json.dumps({"buffer_pool_mb": buffer_pool_mb(), "sizes": [found[size] for size in sizes]}, indent=1))
     return 0
 
 

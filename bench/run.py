@@ -230,6 +230,7 @@ def sizes(args: argparse.Namespace) -> Sizes:
             many_in_flight=16,
             page_sizes=(1_000, 10_000),
             page_rounds=1,
+            page_turns=1,
         )
     if args.quick:
         return Sizes(
@@ -246,6 +247,7 @@ def sizes(args: argparse.Namespace) -> Sizes:
             backlog_window_sec=10,
             small_queue=3000,
             page_rounds=5,
+            page_turns=2,
         )
     return Sizes(
         requests=args.requests or 6000,
@@ -313,13 +315,20 @@ def page_figures(ctx: Context) -> dict[str, float]:
     """Figure 12 (bench/pages.py): each view's median at both sizes, and the summary rows."""
     small, large = ctx.sizes.page_sizes
     cached = ctx.sizes.page_sizes == Sizes.page_sizes  # the real sizes are built once and kept
-    found = {}
-    for rows in (small, large):
-        name = None if cached else ctx.db.name.removesuffix("_herald") + f"pg{rows}_herald"
-        found[rows] = pages.measure_size(
-            rows, ctx.sizes.page_rounds, log=ctx.log, name=name, cache=None if cached else ctx.workdir
+    names = (
+        None if cached else {rows: ctx.db.name.removesuffix("_herald") + f"pg{rows}_herald" for rows in (small, large)}
+    )
+    try:
+        found = pages.measure_sizes(
+            [small, large],
+            ctx.sizes.page_rounds,
+            ctx.sizes.page_turns,
+            log=ctx.log,
+            names=names,
+            cache=None if cached else ctx.workdir,
         )
-        if name is not None:
+    finally:
+        for name in (names or {}).values():
             HeraldDB(name).drop()
     figures: dict[str, float] = {}
     for view, kind in pages.VIEWS:

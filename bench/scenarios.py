@@ -54,6 +54,7 @@ class Sizes:
     many_in_flight: int = 256
     page_sizes: tuple[int, int] = (100_000, 1_000_000)  # figure 12: retained requests, and as many attempts
     page_rounds: int = 7
+    page_turns: int = 3  # each size measured this many times, the sizes taking turns
 
 
 @dataclass(frozen=True)
