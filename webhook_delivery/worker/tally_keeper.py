@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 IDLE_SEC = 1.0  # how often a worker whose turn it is not looks again
 RETRY_MAX_SEC = 30.0
-START_SEC = 3.0  # the first look, once the worker's own start-up is done
+START_SEC = 1.0  # the first look, once the worker's own start-up is done
 KEEP_CONNECTION_SEC = 60.0  # a worker whose turn it has not been for this long holds no connection for it
 
 
