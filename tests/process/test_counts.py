@@ -140,7 +140,7 @@ def test_two_workers_keep_one_tally_true(
             refreshes.add(tally()[1])
             time.sleep(0.2)
         assert all(worker.proc is not None and worker.proc.poll() is None for worker in both)
-    assert 2 <= len(refreshes) <= 5, refreshes  # about one a second, whichever worker's turn it was
+    assert 1 <= len(refreshes) <= 5, refreshes  # at most one a second (fewer while idle), whichever worker
     as_of, _at, settled, waiting = tally()
     truth = full_count(config, as_of)
     sent = sum(one[0] for one in settled.values()) + sum(one[1] for one in waiting.values())
