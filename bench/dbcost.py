@@ -28,16 +28,23 @@ class Cost:
         return Cost(self.statements / count, self.rows_read / count, self.cpu_sec / count)
 
 
+def user_name(database: str) -> str:
+    """The measured user: one per bench database, so that benches on one server keep to their own users."""
+    prefix = database.removesuffix("_herald")
+    return NAME if prefix == "gwbench" else f"{prefix[:60]}_worker"
+
+
 class WorkerUser:
     def __init__(self, database: str) -> None:
         self.database = database
+        self.name = user_name(database)
         self.password = secrets.token_hex(12)
         self._admin: Any = None
         self._was_on = False
 
     @property
     def url(self) -> str:
-        return f"mysql://{NAME}:{self.password}@{SERVER.host}:{SERVER.port}/{self.database}"
+        return f"mysql://{self.name}:{self.password}@{SERVER.host}:{SERVER.port}/{self.database}"
 
     def _run(self, sql: str, params: Any = None) -> Any:
         with self._admin.cursor() as cursor:
@@ -49,12 +56,12 @@ class WorkerUser:
         self._was_on = bool(int(self._run("SELECT @@GLOBAL.userstat")[0][0]))
         self._run("SET GLOBAL userstat = 1")
         for host in ("localhost", "127.0.0.1", "%"):
-            self._run(f"DROP USER IF EXISTS '{NAME}'@'{host}'")
+            self._run(f"DROP USER IF EXISTS '{self.name}'@'{host}'")
             # The host '%' would read as a format character with parameters; the password is hex.
-            self._run(f"CREATE USER '{NAME}'@'{host}' IDENTIFIED BY '{self.password}'")
+            self._run(f"CREATE USER '{self.name}'@'{host}' IDENTIFIED BY '{self.password}'")
             # The least privilege the service needs (scripts/grants.sql): nothing else is counted as its.
-            self._run(f"GRANT SELECT ON `{self.database}`.`herald_webhook` TO '{NAME}'@'{host}'")
-            self._run(f"GRANT SELECT, UPDATE ON `{self.database}`.`herald_webhookrequest` TO '{NAME}'@'{host}'")
+            self._run(f"GRANT SELECT ON `{self.database}`.`herald_webhook` TO '{self.name}'@'{host}'")
+            self._run(f"GRANT SELECT, UPDATE ON `{self.database}`.`herald_webhookrequest` TO '{self.name}'@'{host}'")
         return self
 
     def reset(self) -> None:
@@ -64,7 +71,7 @@ class WorkerUser:
         rows = self._run(
             "SELECT SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS, ROWS_READ, CPU_TIME "
             "FROM information_schema.USER_STATISTICS WHERE USER = %s",
-            (NAME,),
+            (self.name,),
         )
         if not rows:
             return Cost(0, 0, 0.0)
@@ -74,7 +81,7 @@ class WorkerUser:
     def __exit__(self, *exc: object) -> None:
         try:
             for host in ("localhost", "127.0.0.1", "%"):
-                self._run(f"DROP USER IF EXISTS '{NAME}'@'{host}'")
+                self._run(f"DROP USER IF EXISTS '{self.name}'@'{host}'")
             if not self._was_on:
                 self._run("SET GLOBAL userstat = 0")
         finally:

@@ -242,14 +242,20 @@ def _insert_generated(
     created: str,
     result: str,
     log: Any = None,
+    properties: str | None = None,
 ) -> None:
     """`rows` requests generated in SQL, round-robin over `hooks`, in chunks. `created` is each row's
     dateCreated as SQL of `seq`; `result` its lastRequestResult, lastRequestEpoch, dateCreated, dateModified
-    as SQL of `created`. Explicit ids from `first_id`: InnoDB reserves auto-increment ranges for
-    INSERT ... SELECT and would leave gaps between chunks."""
+    as SQL of `created`; `status`, and `properties` when given, SQL of `seq` and `hook`. Explicit ids from
+    `first_id`: InnoDB reserves auto-increment ranges for INSERT ... SELECT and would leave gaps between
+    chunks."""
     choose_hook = "ELT(1 + seq % {n}, {phids})".format(n=len(hooks), phids=", ".join(f"'{h.phid}'" for h in hooks))
     xaction = "CONCAT('PHID-XACT-TASK-', LPAD(seq * 10 + {i}, 15, '0'))"
     xactions = ", '\",\"', ".join(xaction.format(i=i) for i in range(TRANSACTIONS_PER_ROW))
+    properties = properties or (
+        f'CONCAT(\'{{"retry":"forever","transactionPHIDs":["\', {xactions}, \'"],"triggerPHIDs":["\', hook, '
+        f'\'"],"silent":false,"secure":false{properties_tail}}}\')'
+    )
     chunk = 100_000
     for low in range(1, rows + 1, chunk):
         high = min(rows, low + chunk - 1)
@@ -257,10 +263,7 @@ def _insert_generated(
             f"""INSERT INTO herald_webhookrequest (id, phid, webhookPHID, objectPHID, status, properties,
                 lastRequestResult, lastRequestEpoch, dateCreated, dateModified)
             SELECT seq + {first_id - 1}, CONCAT('PHID-HWBR-{tag}', LPAD(seq, 19, '0')), hook,
-                CONCAT('PHID-TASK-{tag}', LPAD(seq, 19, '0')), '{status}',
-                CONCAT('{{"retry":"forever","transactionPHIDs":["', {xactions}, '"],"triggerPHIDs":["', hook,
-                       '"],"silent":false,"secure":false{properties_tail}}}'),
-                {result}
+                CONCAT('PHID-TASK-{tag}', LPAD(seq, 19, '0')), {status}, {properties}, {result}
             FROM (SELECT seq, {choose_hook} AS hook, {created} AS created FROM seq_{low}_to_{high}) AS generated
             ORDER BY seq"""
         )
@@ -282,7 +285,7 @@ def _build_history(db: HeraldDB, rows: int, *, log: Any) -> None:
         hooks,
         first_id=2,
         tag="h",
-        status="sent",
+        status="'sent'",
         properties_tail=',"errorType":"http","errorCode":200',
         created=f"{now - WEEK} + (seq * {WEEK - 60}) DIV {rows}",
         result="'okay', created + 1, created, created + 1",
@@ -333,7 +336,7 @@ def ensure_backlog(name: str, rows: int, *, log: Any) -> Backlog:
             hooks,
             first_id=1,
             tag="q",
-            status="queued",
+            status="'queued'",
             properties_tail="",
             created=str(created),
             result="'none', 0, created, created",

@@ -52,6 +52,9 @@ class Sizes:
     small_queue: int = 6000
     many_hooks: int = 300
     many_in_flight: int = 256
+    page_sizes: tuple[int, int] = (100_000, 1_000_000)  # figure 12: retained requests, and as many attempts
+    page_rounds: int = 7
+    page_turns: int = 3  # each size measured this many times, the sizes taking turns
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,8 @@ def site(site_database: SiteDatabase) -> SiteDatabase:
         "delivery_status_requeuenotice",
         "delivery_status_actionquota",
         "delivery_status_retryorder",
+        "delivery_status_tallychunk",
+        "delivery_status_heraldtally",
     ):
         cursor.execute(f"DELETE FROM `{table}`")
     admin.close()

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from .config import CLUSTER_KEY, CLUSTER_VARIABLE, LOCAL_CONFIG_VARIABLE, DeliveryConfig
 from .phorge.cabundle import ARCANIST_VARIABLE, CA_BUNDLE_VARIABLE, choose
@@ -65,7 +65,7 @@ def php_delivery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     egress = _egress(config, deploy=True)
     if not _partitioned(config)[1]:
         return [_delivery_info("unknown (Phorge's database did not answer)"), *egress]
-    return [*_php_delivery(config), *egress]
+    return [*_php_delivery(config), *_key_status(config), *egress]
 
 
 def _egress(config: DeliveryConfig, *, deploy: bool) -> list[CheckMessage]:
@@ -90,6 +90,28 @@ def _egress(config: DeliveryConfig, *, deploy: bool) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _key_status(config: DeliveryConfig) -> list[CheckMessage]:
+    """Whether Phorge's request table has the optional key_status (contrib/phorge), as the counts use it."""
+    from .config import PHORGE_ALIAS
+    from .reads.tally_sql import TallyReader
+
+    try:
+        present = TallyReader(connections[PHORGE_ALIAS], config).has_key_status()
+    except DatabaseError:
+        return []
+    if present:
+        text = "herald_webhookrequest has key_status (status, id): requests put back in the queue are counted at once"
+        return [checks.Info(text, id="gorge.I003")]
+    return [
+        checks.Info(
+            "herald_webhookrequest has no key_status (status, id): optional; without it the counts find requests "
+            "put back in the queue from this service's requeue notices, and the rest within a sweep",
+            hint="apply contrib/phorge/gorge-webhook-key-status.patch to Phorge, then ./bin/storage upgrade",
+            id="gorge.I003",
+        )
+    ]
 
 
 def _alert_channels() -> list[CheckMessage]:

@@ -135,6 +135,7 @@ class DeliveryConfig:
     replica_max_lag_sec: int = 30  # GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC: beyond it, pages read the master
     trust: Trust = field(default_factory=Trust)  # where the CA bundle PHP uses is looked for
     proxy: Proxy | None = None  # GORGE_WEBHOOK_PROXY and GORGE_WEBHOOK_NO_PROXY
+    counts_refresh_sec: int = 5  # GORGE_WEBHOOK_COUNTS_REFRESH_SEC: the tally's refreshes at most this often
 
     @property
     def lease_was_clamped(self) -> bool:
@@ -373,6 +374,7 @@ def load_config(env: Mapping[str, str], phorge: PhorgeFormats) -> LoadedConfig:
         )
         replica_url = ""
     replica_lag = r.integer("GORGE_WEBHOOK_REPLICA_MAX_LAG_SEC", 30, minimum=0, maximum=86_400)
+    counts_refresh = r.integer("GORGE_WEBHOOK_COUNTS_REFRESH_SEC", 5, minimum=0, maximum=3600)
 
     trust, trust_errors = phorge.trust(lambda name: r.raw(name) or "", local_config)
     proxy, proxy_problems = load_proxy(lambda name: r.raw(name) or "")
@@ -405,6 +407,7 @@ def load_config(env: Mapping[str, str], phorge: PhorgeFormats) -> LoadedConfig:
         replica_max_lag_sec=replica_lag,
         trust=trust,
         proxy=proxy,
+        counts_refresh_sec=counts_refresh,
     )
     return LoadedConfig(
         delivery=delivery,

@@ -14,11 +14,12 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from tests.support.helpers import PHORGE_DB, Phorge, as_request_row
+from tests.support.tally import refresh_statements
 from tests.support.ui_helpers import full_scans, logged_attempt, properties, seed_bulk, seed_contract
 from tests.support.urlwalk import every_page, is_public
 from webhook_delivery.phorge.herald import is_due, next_due
 from webhook_delivery.reads import herald as selectors
-from webhook_delivery.reads import phorge_status
+from webhook_delivery.reads import phorge_status, queue
 from webhook_delivery.records.models import DeliveryAttempt
 from webhook_delivery.state import PhpDelivery
 from webhook_delivery.web import dashboard
@@ -103,11 +104,11 @@ def test_lag_is_measured_from_when_a_request_became_due(staff: Any, phorge: Phor
     phorge.request(
         hook, created=now - 4000, lastRequestResult="fail", lastRequestEpoch=now - 400, dateModified=now - 400
     )  # failed attempt, due 100 s ago (300 s backoff)
-    health = selectors.queue_health(settings.GORGE_WEBHOOK)
+    health = queue.queue_health(settings.GORGE_WEBHOOK)
     assert health.due_now == 2
     assert 98 <= health.oldest_due_age <= 102
     assert health.lag_state == "late"
-    stalled = selectors.queue_health(dataclasses.replace(settings.GORGE_WEBHOOK, retry_backoff_sec=30))
+    stalled = queue.queue_health(dataclasses.replace(settings.GORGE_WEBHOOK, retry_backoff_sec=30))
     assert stalled.oldest_due_age >= 369 and stalled.lag_state == "stalled"
 
 
@@ -128,11 +129,11 @@ def test_due_counts_and_ages_follow_the_worker_rule(phorge: Phorge) -> None:
     ]
     for shape in shapes:
         phorge.request(phorge.hook("http://127.0.0.1:9/rule"), **shape)
-    health = selectors.queue_health(config)
+    health = queue.queue_health(config)
     for hook in health.hooks:
         (row,) = [r for r in phorge.rows() if r["webhookPHID"] == hook.phid]
         snapshot = as_request_row(row)
-        due = is_due(snapshot, health.now, lease, retry)
+        due = is_due(snapshot, health.due_basis, lease, retry)
         assert hook.due == int(due), row
         expected = (next_due(snapshot, lease, retry) or snapshot.date_created) if due else None
         assert hook.oldest_due_since == expected, row
@@ -141,7 +142,7 @@ def test_due_counts_and_ages_follow_the_worker_rule(phorge: Phorge) -> None:
 def test_held_hooks_do_not_count_as_lag(staff: Any, phorge: Phorge) -> None:
     unsigned = phorge.hook("http://127.0.0.1:9/nokey", key="")
     phorge.request(unsigned, created=phorge.now() - 3600)
-    health = selectors.queue_health(settings.GORGE_WEBHOOK)
+    health = queue.queue_health(settings.GORGE_WEBHOOK)
     assert (health.due_now, health.due_held, health.oldest_due_age, health.lag_state) == (1, 1, None, "healthy")
     assert health.hooks[0].state == "misconfigured"
 
@@ -179,7 +180,8 @@ def test_the_database_going_away_shows_a_page_not_a_traceback(staff: Any, phorge
 def test_every_dashboard_and_api_query_uses_an_index(
     staff: Any, phorge: Phorge, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """EXPLAIN each SELECT the UI sends to Phorge's database: none may scan all of herald_webhookrequest."""
+    """EXPLAIN each SELECT the UI sends to Phorge's database, the counts' refreshes included (on a connection
+    of their own): none may scan all of herald_webhookrequest."""
     bulk = seed_bulk(phorge)
     settings.GORGE_WEBHOOK = dataclasses.replace(settings.GORGE_WEBHOOK, service_token="t0ken")
     # The PHP-guard, settings and partition-map reads go to Phorge's other databases (absent here), cached:
@@ -191,11 +193,14 @@ def test_every_dashboard_and_api_query_uses_an_index(
     phorge_status.php_delivery_state()
     phorge_status.phorge_base_uri()
     phorge_status.partition_warning()
-    # hooks, sent counts, the non-sent slice, recent failed attempts, recent hook errors. The chart is not
-    # among them: it draws this service's attempts from the attempt log in Django's own database.
-    budgets = {"/": 5, "/api/webhook/stats": 3, "/api/webhook/hooks": 1, "/api/webhook/health": 3, "/metrics": 3}
+    refreshes = refresh_statements(monkeypatch)
+    # hooks, the latest success and failure of each hook, its failures in the breaker window, the newest
+    # failed attempts, those rows by id. The counts come from the tally (Django's database); the chart
+    # draws this service's attempts from the attempt log.
+    budgets = {"/": 5, "/api/webhook/stats": 1, "/api/webhook/hooks": 1, "/api/webhook/health": 3, "/metrics": 3}
     seen: dict[str, list[str]] = {}
     for path, budget in budgets.items():
+        phorge.request(bulk.failing)  # something new for each refresh to read
         with CaptureQueriesContext(connections["phorge"]) as captured:
             response = staff.get(path, headers={"X-Service-Token": "t0ken"})
         assert response.status_code == 200, path
@@ -207,6 +212,8 @@ def test_every_dashboard_and_api_query_uses_an_index(
     page = staff.get("/").content.decode()
     assert re.search(r'<tr class="gw-row-failing" data-phid="' + bulk.failing, page)
     assert page.count("<tr>", page.index('id="failures"')) >= 20
+    seen["refreshes"] = [sql for sql in refreshes() if sql.startswith("SELECT")]
+    assert len(seen["refreshes"]) > 20
     for path, queries in seen.items():
         for sql in queries:
             assert not full_scans(sql), (path, sql)
@@ -218,7 +225,7 @@ def test_a_healthy_queue_skips_the_failure_queries(staff: Any, phorge: Phorge) -
     phorge.request(hook, status="sent", lastRequestResult="okay", lastRequestEpoch=phorge.now())
     with CaptureQueriesContext(connections["phorge"]) as captured:
         assert staff.get("/").status_code == 200
-    # hooks, sent counts, the non-sent slice (the chart reads Django's attempt log, not Phorge)
+    # hooks, and each hook's latest facts (the chart reads Django's attempt log, not Phorge)
     assert sum(1 for query in captured.captured_queries if query["sql"].startswith("SELECT")) == 3
 
 
@@ -245,7 +252,7 @@ def test_recent_failures_mix_failed_attempts_and_hook_errors_newest_first(phorge
         hook, status="failed", dateModified=now - 50, properties=properties(errorType="hook", errorCode="uri")
     )
     phorge.request(hook)  # queued, never attempted: not a failure
-    health = selectors.queue_health(settings.GORGE_WEBHOOK)
+    health = queue.queue_health(settings.GORGE_WEBHOOK)
     failures = selectors.recent_failures(health)
     assert [(f.phid, f.error_type, f.error_code) for f in failures] == [
         (hook_error, "hook", "uri"),

@@ -134,7 +134,11 @@ def test_health_json_per_hook_state_workers_and_php(client: Any, phorge: Phorge,
         "lag": "healthy",
         "late_after_sec": 30,
         "stalled_after_sec": 300,
+        "counted_at": data["queue"]["counted_at"],
+        "counted_ago_sec": data["queue"]["counted_ago_sec"],
+        "counts_complete": True,
     }
+    assert 0 <= data["now"] - data["queue"]["counted_at"] == data["queue"]["counted_ago_sec"] <= 2
     assert 0 <= data["queue"]["oldest_due_age_sec"] < 30  # the unsigned hook's 50 s old request is held
     hooks = {hook["name"]: hook for hook in data["hooks"]}
     assert hooks["broken"]["breaker"] == {"state": "backoff", "recent_failures": 3, "threshold": 3, "window_sec": 300}

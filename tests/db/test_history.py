@@ -104,8 +104,9 @@ def test_json_health_gives_each_hook_its_latency_over_the_last_hour(client: Any,
     seed_attempts(hook, phorge.request(hook))
     body = client.get("/api/webhook/health", headers={"X-Service-Token": TOKEN}).json()
     by_phid = {entry["phid"]: entry["latency_ms"] for entry in body["data"]["hooks"]}
-    assert by_phid[hook] == {"window_sec": 3600, "attempts": 100, "p50": 50, "p95": 95, "p99": 99}
-    assert by_phid[quiet] == {"window_sec": 3600, "attempts": 0, "p50": None, "p95": None, "p99": None}
+    as_of = body["data"]["queue"]["counted_at"]
+    assert by_phid[hook] == {"window_sec": 3600, "as_of": as_of, "attempts": 100, "p50": 50, "p95": 95, "p99": 99}
+    assert by_phid[quiet] == {"window_sec": 3600, "as_of": as_of, "attempts": 0, "p50": None, "p95": None, "p99": None}
 
 
 def test_request_page_shows_the_row_and_each_attempt_in_order(admin_client: Any, phorge: Phorge) -> None:

@@ -15,8 +15,7 @@ from django.conf import settings
 from tests.support.helpers import PHORGE_DB, Phorge, random_phid, viewer, with_event
 from tests.support.phorge_app_db import AppDatabases
 from tests.support.receiver import Receiver
-from webhook_delivery.reads import herald as selectors
-from webhook_delivery.reads import phorge_status
+from webhook_delivery.reads import phorge_status, queue
 from webhook_delivery.worker.loop import build_worker
 
 pytestmark = PHORGE_DB
@@ -124,5 +123,5 @@ def test_a_deleted_object_leaves_its_hook_ok(phorge: Phorge, worker_db: AppDatab
         build_worker(delivery_config, once=True).run()
         assert len(receiver.requests) == 1
     assert phorge.row(gone)["properties"].endswith(',"errorType":"hook","errorCode":"object"}')
-    health = {h.phid: h for h in selectors.queue_health(settings.GORGE_WEBHOOK).hooks}[hook]
+    health = {h.phid: h for h in queue.queue_health(settings.GORGE_WEBHOOK).hooks}[hook]
     assert health.state == "ok" and health.last_configuration_failure is not None

@@ -195,3 +195,26 @@ def test_the_setup_checks_helpers_tell_cleartext_and_redirects_to_https(tmp_path
         [("isCleartextURI", [uri]) for uri in cleartext] + [("getRedirectedURI", [uri]) for uri in redirects],
     )
     assert answers == [*cleartext.values(), *redirects.values()]
+
+
+KEY_PATCH = ROOT / "contrib" / "phorge" / "gorge-webhook-key-status.patch"
+
+
+def test_the_optional_key_patch_adds_the_autopatch_and_declares_the_key_it_makes() -> None:
+    """The autopatch makes key_status (status, id), the name and columns the service looks for, and the same
+    key is declared in CONFIG_KEY_SCHEMA (else bin/storage adjust drops it); nothing of Phorge's is removed.
+    That bin/storage upgrade makes it and adjust keeps it was checked on a fetched Phorge (the README)."""
+    from webhook_delivery.reads.tally_sql import KEY_STATUS
+
+    found = files(KEY_PATCH.read_text())
+    autopatch = "resources/sql/autopatches/20260907.herald.01.requeststatuskey.sql"
+    assert set(found) == {autopatch, "src/applications/herald/storage/HeraldWebhookRequest.php"}
+    new, sql, removed = found[autopatch]
+    assert new and not removed
+    assert " ".join(" ".join(sql).split()) == (
+        f"ALTER TABLE {{$NAMESPACE}}_herald.herald_webhookrequest ADD KEY `{KEY_STATUS}` (`status`, `id`);"
+    )
+    new, declared, removed = found["src/applications/herald/storage/HeraldWebhookRequest.php"]
+    assert not new and not removed
+    code = [line.strip() for line in declared if not line.strip().startswith("//")]
+    assert code == [f"'{KEY_STATUS}' => array(", "'columns' => array('status', 'id'),", "),"]

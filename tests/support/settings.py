@@ -22,6 +22,8 @@ os.environ.update(
     GORGE_WEBHOOK_OUTBOUND_BLACKLIST="",
     GORGE_WEBHOOK_SILENT="false",  # declared, as every deployment must: tests of silent mode replace it
     GORGE_BEHIND_TLS_PROXY="false",
+    # Every read that finds the counts of an earlier moment refreshes them (production waits 5 s between).
+    GORGE_WEBHOOK_COUNTS_REFRESH_SEC="0",
     DATABASE_URL="sqlite://:memory:",
 )
 os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production-0123456789abcdef")

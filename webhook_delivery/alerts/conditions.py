@@ -299,7 +299,7 @@ class NoWorker(AtOnce):
             return []
         due = health.due_now - health.due_held
         oldest = min((h.oldest_due_since for h in health.hooks if not h.held and h.oldest_due_since), default=None)
-        if due <= 0 or oldest is None or health.now - oldest < now.config.worker_dead_sec:
+        if due <= 0 or oldest is None or health.due_basis - oldest < now.config.worker_dead_sec:
             return []  # due for less than the heartbeat threshold: a starting worker has not reported yet
         if now.alive_workers():
             return []

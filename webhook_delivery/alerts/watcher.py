@@ -29,7 +29,7 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import Q
 
 from ..config import PHORGE_ALIAS, DeliveryConfig
-from ..reads import herald
+from ..reads import queue
 from ..reads.alert_state import active_counts
 from ..reads.health import QueueHealth
 from ..reads.phorge_status import phorge_settings
@@ -151,7 +151,7 @@ class Watcher:
     def evaluate(self) -> Evaluation:
         host_now = datetime.fromtimestamp(self.clock(), UTC)
         try:
-            health: QueueHealth | None = herald.queue_health(self.delivery)
+            health: QueueHealth | None = queue.queue_health(self.delivery)
         except DatabaseError as exc:
             health = None
             error = type(exc).__name__

@@ -4,13 +4,17 @@ folds the grouped counts of selectors.queue_health into them. Pure: no database,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..config import DeliveryConfig
+
+if TYPE_CHECKING:
+    from .attempt_digest import Digest
 
 LagState = Literal["healthy", "late", "stalled"]
 HookState = Literal["ok", "failing", "backoff", "misconfigured", "disabled"]
@@ -90,11 +94,54 @@ def lag_thresholds(config: DeliveryConfig) -> LagThresholds:
 
 @dataclass(frozen=True)
 class QueueHealth:
+    """`now` is when the hooks and their latest facts were read; the counts (queued, sent, failed, errors, due
+    and lag) are the tally's, exact as of `counted_at` (both on Phorge's database clock)."""
+
     now: int
     hooks: tuple[HookHealth, ...]
     thresholds: LagThresholds
     error_threshold: int
     error_window_sec: int
+    counted_at: int | None = None  # None: the counts are not known (Django's database cannot be read)
+    complete: bool = True  # False while the history is still being counted for the first time
+    progress: tuple[int, int] = (0, 0)  # (ids counted through, newest id) while not complete
+    refusals: tuple[tuple[int, int, str], ...] = ()  # the newest failures without a call: (dateModified, id, hook)
+    key_status: bool | None = None  # whether Phorge's table has key_status, as the last count found
+    attempts: Digest | None = None  # the attempt log's chart and latency, as of the same refresh
+
+    def counted(
+        self,
+        *,
+        as_of: int | None,
+        complete: bool,
+        progress: tuple[int, int],
+        refusals: tuple[tuple[int, int, str], ...],
+        key_status: bool | None,
+        attempts: Digest | None = None,
+    ) -> QueueHealth:
+        return dataclasses.replace(
+            self,
+            counted_at=as_of,
+            complete=complete,
+            progress=progress,
+            refusals=refusals,
+            key_status=key_status,
+            attempts=attempts,
+        )
+
+    @property
+    def counts_known(self) -> bool:
+        return self.counted_at is not None
+
+    @property
+    def counted_ago(self) -> int | None:
+        return None if self.counted_at is None else max(0, self.now - self.counted_at)
+
+    @property
+    def counted_share(self) -> int:
+        """How much of the history the first count has read, in percent."""
+        through, newest = self.progress
+        return 100 if self.complete or not newest else min(99, 100 * through // newest)
 
     @property
     def queued(self) -> int:
@@ -120,7 +167,12 @@ class QueueHealth:
     def oldest_due_age(self) -> int | None:
         """Seconds the oldest deliverable due request has been waiting (held hooks excluded)."""
         since = [h.oldest_due_since for h in self.hooks if not h.held and h.oldest_due_since is not None]
-        return max(0, self.now - min(since)) if since else None
+        return max(0, self.due_basis - min(since)) if since else None
+
+    @property
+    def due_basis(self) -> int:
+        """The time the due requests are counted at: the tally's count."""
+        return self.now if self.counted_at is None else self.counted_at
 
     @property
     def lag_state(self) -> LagState:

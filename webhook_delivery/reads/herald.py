@@ -1,17 +1,12 @@
-"""The SQL reads of Phorge's herald tables that the dashboard, the JSON diagnostics, the web metrics and the
-alert watcher make (the model they feed is in health.py; the watcher's own reads are in watching.py).
+"""The SQL reads of Phorge's herald tables that the pages, the JSON diagnostics and the alert watcher share:
+the hooks, the recent failures, one request, and what is left to Phorge's PHP worker (the queue's figures
+are in queue.py, the watcher's own reads in watching.py).
 
 Upstream Phorge has no index on `herald_webhookrequest.status`, and a week of a busy site is a million
-rows, so nothing here filters on status alone. Two facts keep every query on `key_ratelimit`
-(webhookPHID, lastRequestResult, lastRequestEpoch):
-
-* `lastRequestResult = 'okay'` exactly when `status = 'sent'` (Phorge and the worker write them
-  together), so sent rows are counted from the index alone;
-* queued and failed rows all have `lastRequestResult IN ('none', 'fail')`, a small slice of the index
-  whose rows are the only ones ever read in full.
-
-Every request query is therefore restricted to `webhookPHID IN (<every hook>)`. Requests of a hook that
-no longer exists are not counted (Phorge deletes a hook's requests before the hook itself).
+rows, so nothing here filters on status alone, nor counts the history: requests are reached by id, by PHID
+(key_phid), or through key_ratelimit (webhookPHID, lastRequestResult, lastRequestEpoch), a hook and a result
+at a time. Requests of a hook that no longer exists are not shown (Phorge deletes a hook's requests before
+the hook itself).
 
 The secret columns are never selected: the only use of hmacKey is the boolean `hmacKey = ''`.
 """
@@ -32,9 +27,8 @@ from ..phorge.herald import HOOKS, REQUEST_COLUMNS, REQUESTS, Dialect, RequestRo
 from ..phorge.payload import phid_get_type
 from ..phorge.php_guard import WEBHOOK_TASK_CLASS
 from ..phorge.phpjson import UndecodableProperties, decode_properties
-from ..records.holds import held_hook_phids
 from . import replica
-from .health import QueueHealth, Tally, queue_health_of
+from .health import QueueHealth
 from .replica import read_alias
 
 RECENT_FAILURES = 20
@@ -143,117 +137,6 @@ def hook_total() -> int:
     return as_int(_one(f"SELECT COUNT(*) FROM {HOOKS}", {}))
 
 
-# -- queue counts (the Gorge-compatible /api/webhook/stats) ------------------------------------------
-
-
-@dataclass(frozen=True)
-class QueueCounts:
-    queued: int
-    sent: int
-    failed: int
-    active_webhooks: int
-
-
-STATUS_COUNTS = Columns.of("status", requests="COUNT(*)")
-
-
-@uncommitted_reads
-def queue_counts() -> QueueCounts:
-    _now, all_hooks = hooks()
-    active = sum(1 for hook in all_hooks if hook.status != "disabled")
-    if not all_hooks:
-        return QueueCounts(0, 0, 0, active)
-    dialect = read_dialect()
-    where, params = hook_filter([hook.phid for hook in all_hooks])
-    table = dialect.requests_by_result
-    sent = _one(f"SELECT COUNT(*) FROM {table} WHERE {where} AND lastRequestResult = 'okay'", params)
-    grouped = fetch_rows(
-        f"SELECT {STATUS_COUNTS.sql} FROM {table} WHERE {where} AND {PENDING_RESULTS} GROUP BY status", params
-    )
-    by_status = {row["status"]: row["requests"] for row in STATUS_COUNTS.read_all(grouped)}
-    return QueueCounts(
-        queued=as_int(by_status.get("queued")),
-        sent=as_int(sent),
-        failed=as_int(by_status.get("failed")),
-        active_webhooks=active,
-    )
-
-
-# -- per-hook health and lag (the model: health.py) ----------------------------------------------------
-
-
-def _held_hooks() -> set[str]:
-    """Hooks held by an operator, from Django's database; none when it cannot be read (the pages then show
-    their requests as due, never hide them)."""
-    try:
-        return held_hook_phids()
-    except DatabaseError:
-        return set()
-
-
-SETTLED = Columns.of("webhookPHID", requests="COUNT(*)", last_success="MAX(lastRequestEpoch)")
-
-
-def _pending_columns(dialect: Dialect) -> Columns:
-    due = dialect.due_sql("%(now)s")
-    return Columns.of(
-        "webhookPHID",
-        "status",
-        error_type=f"{json_text(dialect, 'errorType')} AS error_type",
-        error_code=f"{json_text(dialect, 'errorCode')} AS error_code",
-        requests="COUNT(*)",
-        failed_attempt="MAX(CASE WHEN lastRequestResult = 'fail' THEN lastRequestEpoch END)",
-        configuration_failure="MAX(CASE WHEN lastRequestResult = 'none' AND status = 'failed' THEN dateModified END)",
-        in_window=f"SUM(CASE WHEN {Dialect.breaker_failure_sql('%(window_start)s')} THEN 1 ELSE 0 END)",
-        due=f"SUM(CASE WHEN {due} THEN 1 ELSE 0 END)",
-        due_since=f"MIN(CASE WHEN {due} THEN {dialect.due_since_sql()} END)",
-    )
-
-
-@uncommitted_reads
-def queue_health(config: DeliveryConfig, only: Sequence[str] | None = None) -> QueueHealth:
-    """Counts, due requests, breaker state and errors per hook (every hook, or the ones named): three
-    queries however large the table."""
-    dialect = read_dialect()
-    now, all_hooks = hooks(only)
-    tallies: dict[str, Tally] = {hook.phid: Tally() for hook in all_hooks}
-    if all_hooks:
-        where, params = hook_filter(list(tallies))
-        settled = fetch_rows(
-            f"SELECT {SETTLED.sql} FROM {dialect.requests_by_result} "
-            f"WHERE {where} AND lastRequestResult = 'okay' GROUP BY webhookPHID",
-            params,
-        )
-        for row in SETTLED.read_all(settled):
-            tally = tallies[text(row["webhookPHID"])]
-            tally.sent, tally.last_success = as_int(row["requests"]), as_int(row["last_success"]) or None
-        pending = _pending_columns(dialect)
-        grouped = fetch_rows(
-            f"SELECT {pending.sql} FROM {dialect.requests_by_result} WHERE {where} AND {PENDING_RESULTS} "
-            "GROUP BY webhookPHID, status, lastRequestResult, error_type, error_code",
-            {
-                **params,
-                "now": now,
-                "window_start": now - config.error_backoff_sec,
-                "lease": config.claim_lease_sec,
-                "retry": config.retry_backoff_sec,
-            },
-        )
-        for row in pending.read_all(grouped):
-            error_type, due_since = row["error_type"], row["due_since"]
-            tallies[text(row["webhookPHID"])].add_pending(
-                status=text(row["status"]),
-                error=None if error_type is None else (text(error_type), text(row["error_code"])),
-                requests=as_int(row["requests"]),
-                failed_attempt=as_int(row["failed_attempt"]) or None,
-                configuration_failure=as_int(row["configuration_failure"]) or None,
-                in_window=as_int(row["in_window"]),
-                due=as_int(row["due"]),
-                due_since=None if due_since is None else as_int(due_since),
-            )
-    return queue_health_of(now, all_hooks, tallies, _held_hooks(), config)
-
-
 # -- recent failures ---------------------------------------------------------------------------------
 
 
@@ -274,13 +157,34 @@ class RecentFailure:
 RECENT_ATTEMPTS_SEC = 86400
 
 
+def _failure_ids(health: QueueHealth, since: int, limit: int) -> list[int]:
+    """The newest failed attempts of each hook that failed since `since` (at most `limit` each, read from the
+    end of its `fail` slice of key_ratelimit), and the newest failures without a call the tally saw."""
+    attempted = [h.phid for h in health.hooks if h.last_failed_attempt and h.last_failed_attempt >= since]
+    found = [row_id for _modified, row_id, _hook in health.refusals]
+    table = read_dialect().requests_by_result
+    for start in range(0, len(attempted), 50):
+        batch = attempted[start : start + 50]
+        params: dict[str, Any] = {"since": since, "limit": limit}
+        parts = []
+        for index, phid in enumerate(batch):
+            params[f"h{index}"] = phid
+            parts.append(
+                f"SELECT id FROM (SELECT id FROM {table} WHERE webhookPHID = %(h{index})s "
+                "AND lastRequestResult = 'fail' AND lastRequestEpoch >= %(since)s "
+                f"ORDER BY lastRequestEpoch DESC, id DESC LIMIT %(limit)s) AS a{index}"
+            )
+        found += [as_int(row_id) for (row_id,) in fetch_rows(" UNION ALL ".join(parts), params)]
+    return found
+
+
 @uncommitted_reads
 def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> list[RecentFailure]:
-    """The newest failures: failed attempts of the last day and configuration failures (hook errors).
+    """The newest failures: failed attempts of the last day and failures without a call (hook errors).
 
-    Only hooks that the health counts say have such rows are read, so a healthy queue costs nothing
-    here; failed attempts come from a key_ratelimit range on lastRequestEpoch, hook errors (written
-    with lastRequestEpoch = 0 and the failure time in dateModified) from the failing hooks' `none` slice.
+    Only hooks whose latest failed attempt is of the last day are read, each from the end of its `fail`
+    slice of key_ratelimit; hook errors (written with lastRequestEpoch = 0 and the failure time in
+    dateModified) are the ones the tally saw in the last day. Each is read again by id, as it is now.
     """
     dialect = read_dialect()
     by_phid = {hook.phid: hook for hook in health.hooks}
@@ -295,23 +199,14 @@ def recent_failures(health: QueueHealth, *, limit: int = RECENT_FAILURES) -> lis
         error_type=json_text(dialect, "errorType"),
         error_code=json_text(dialect, "errorCode"),
     )
-    columns = f"SELECT {failure.sql} FROM {dialect.requests_by_result} "
+    ids = sorted(set(_failure_ids(health, since, limit)))
     rows: list[tuple[Any, ...]] = []
-    attempted = [h.phid for h in health.hooks if h.last_failed_attempt and h.last_failed_attempt >= since]
-    if attempted:
-        where, params = hook_filter(attempted)
+    for start in range(0, len(ids), 1000):
+        where, params = in_filter("id", ids[start : start + 1000], "id")
         rows += fetch_rows(
-            f"{columns} WHERE {where} AND lastRequestResult = 'fail' AND lastRequestEpoch >= %(since)s "
-            "ORDER BY lastRequestEpoch DESC, id DESC LIMIT %(limit)s",
-            {**params, "since": since, "limit": limit},
-        )
-    misconfigured = [h.phid for h in health.hooks if h.last_configuration_failure]
-    if misconfigured:
-        where, params = hook_filter(misconfigured)
-        rows += fetch_rows(
-            f"{columns} WHERE {where} AND lastRequestResult = 'none' AND lastRequestEpoch = 0 "
-            "AND status = 'failed' ORDER BY dateModified DESC, id DESC LIMIT %(limit)s",
-            {**params, "limit": limit},
+            f"SELECT {failure.sql} FROM {REQUESTS} WHERE {where} AND (lastRequestResult = 'fail' "
+            "OR (lastRequestResult = 'none' AND lastRequestEpoch = 0 AND status = 'failed'))",
+            params,
         )
     found = sorted(failure.read_all(rows), key=lambda r: (as_int(r["dateModified"]), as_int(r["id"])), reverse=True)
     return [

@@ -8,10 +8,13 @@ import json
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from ..admin import ReadOnlyAdmin, error_text
+from ..admin import BoundedChangeList, BoundedPaginator, KnownValuesFilter, ReadOnlyAdmin, error_text
+from ..reads.request_lists import COUNT_BOUND
 from ..web.access import may_view
 from ..web.links import page_link
 from .models import DeliveryAttempt, OperatorAction, WorkerHeartbeat
@@ -29,13 +32,24 @@ class WorkerHeartbeatAdmin(ReadOnlyAdmin):
         return format_html("<pre>{}</pre>", json.dumps(obj.state, indent=2, sort_keys=True))
 
 
+SCANNED = 100_000  # filters and object searches look at the newest attempts only
+
+
 @admin.register(DeliveryAttempt)
 class DeliveryAttemptAdmin(ReadOnlyAdmin):
+    """Newest first through the (started_at, id) index, a page at a time; a request or hook PHID through its
+    own index; filters and object PHIDs among the newest SCANNED attempts only (there is no index for them)."""
+
     list_display = ["started_at", "request", "hook_phid", "result", "error", "duration", "http_status", "worker_id"]
-    list_filter = ["result", "error_type"]
-    search_fields = ["request_phid__exact", "hook_phid__exact", "object_phid__exact"]
-    search_help_text = "a request, hook or object PHID"
-    sortable_by = ["started_at"]
+    list_filter = [
+        ("result", KnownValuesFilter.of("okay", "fail", "none")),
+        ("error_type", KnownValuesFilter.of("http", "timeout", "hook")),
+    ]
+    search_fields = ["request_phid__exact"]  # what the box finds is get_search_results'
+    search_help_text = (
+        f"a request or hook PHID; an object PHID, and the filters, among the newest {SCANNED:,} attempts only"
+    )
+    sortable_by = ()
     fields = readonly_fields = (
         "request",
         "hook_phid",
@@ -51,6 +65,37 @@ class DeliveryAttemptAdmin(ReadOnlyAdmin):
         "worker_id",
         "response_prefix",
     )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[DeliveryAttempt], search_term: str
+    ) -> tuple[QuerySet[DeliveryAttempt], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        kind = term[5:9] if term.startswith("PHID-") else ""
+        if kind == "HWBR":
+            return queryset.filter(request_phid=term), False
+        if kind == "HWBH":
+            return queryset.filter(hook_phid=term), False
+        return queryset.filter(object_phid=term), False
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return BoundedChangeList
+
+    def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int, *args: Any, **kwargs: Any) -> Any:
+        term = request.GET.get("q", "").strip()
+        indexed = term.startswith(("PHID-HWBR-", "PHID-HWBH-"))
+        if (term and not indexed) or any(request.GET.get(name) for name in ("result__exact", "error_type__exact")):
+            newest = DeliveryAttempt.objects.order_by("-started_at", "-id").values_list("started_at", flat=True)
+            floor = next(iter(newest[SCANNED - 1 : SCANNED]), None)
+            if floor is not None:
+                queryset = queryset.filter(started_at__gte=floor)
+        return BoundedPaginator(
+            queryset,
+            per_page,
+            counter=lambda: queryset[: COUNT_BOUND + 1].count(),
+            rows=lambda offset, limit: queryset[offset : offset + limit],
+        )
 
     @admin.display(description="request", ordering="started_at")
     def request(self, obj: DeliveryAttempt) -> str:

@@ -50,8 +50,13 @@ class DeliveryAttempt(models.Model):
 
     class Meta:
         ordering = ["-started_at", "-id"]
-        # (started_at, result) serves the retention purge and covers the dashboard chart's grouped read.
-        indexes = [models.Index(fields=["hook_phid", "started_at"]), models.Index(fields=["started_at", "result"])]
+        # (started_at, result) serves the retention purge and covers the dashboard chart's grouped read;
+        # (started_at, id) is the admin list's order, read through the index a page at a time.
+        indexes = [
+            models.Index(fields=["hook_phid", "started_at"]),
+            models.Index(fields=["started_at", "result"]),
+            models.Index(fields=["started_at", "id"], name="attempt_list_order"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.request_phid} {self.started_at:%Y-%m-%d %H:%M:%S}"
@@ -200,3 +205,41 @@ class RetryOrder(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hook_phid} up to {self.failed_up_to}"
+
+
+class HeraldTally(models.Model):
+    """The counts of one Phorge herald database's retained requests, kept by one process at a time so that no
+    page or JSON answer recounts the history (reads/tally.py says what they count; records/tally.py keeps this
+    row). `as_of` is Phorge's database clock at the last refresh: every count is exact as of then."""
+
+    source = models.CharField(max_length=255, unique=True)  # which herald database: engine, host, port, name
+    as_of = models.BigIntegerField(null=True)
+    complete = models.BooleanField(default=False)  # False while the history is still being counted
+    refreshed_at = models.DateTimeField(null=True)
+    next_at = models.DateTimeField(null=True)  # no refresh before this: the rate bound
+    holder = models.CharField(max_length=200, blank=True)  # the process refreshing now
+    held_until = models.DateTimeField(null=True)
+    key_status = models.BooleanField(null=True)  # whether Phorge's table has key_status (status, id)
+    cost = models.JSONField(default=dict)  # what the last refresh read: statements, ids, seconds
+    state = models.JSONField(default=dict)  # the refresher's own bookkeeping (tally_refresh.py)
+    settled = models.JSONField(default=dict)  # per hook: the settled requests of every chunk, summed
+    waiting = models.JSONField(default=dict)  # per hook: the queued requests as of as_of
+    refusals = models.JSONField(default=list)  # the newest failures without a call: [dateModified, id, hook]
+    attempts = models.JSONField(default=dict)  # the attempt log's chart and latency (reads/attempt_digest.py)
+
+    def __str__(self) -> str:
+        return self.source
+
+
+class TallyChunk(models.Model):
+    """The settled requests of ids number * 10,000 .. number * 10,000 + 9,999 of a tally's database, per hook."""
+
+    tally = models.ForeignKey(HeraldTally, on_delete=models.CASCADE, related_name="chunks")
+    number = models.PositiveIntegerField()
+    hooks = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tally", "number"], name="tally_chunk_number")]
+
+    def __str__(self) -> str:
+        return f"{self.tally_id}/{self.number}"

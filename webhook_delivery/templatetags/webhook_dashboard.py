@@ -12,8 +12,8 @@ from django.utils.safestring import SafeString
 from .. import wording
 from ..phorge import outcomes
 from ..phorge.herald import utc
+from ..reads.attempt_digest import DeliverySeries
 from ..web import links
-from ..web.history import DeliverySeries
 
 register = template.Library()
 

@@ -20,12 +20,12 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ..reads import alert_state as alert_selectors
 from ..reads import herald as selectors
-from ..reads import phorge_status, replica
+from ..reads import phorge_status, queue, replica
+from ..reads.attempt_digest import HOUR, Latency
 from ..reads.health import HookHealth, QueueHealth
 from ..records import heartbeat, holds
 from ..records.heartbeat import WorkerStatus
 from ..version import VERSION
-from . import history
 from .access import may_view
 
 logger = logging.getLogger(__name__)
@@ -43,13 +43,23 @@ def _authenticated(request: HttpRequest) -> bool:
     return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
 
 
+class CountsUnavailable(RuntimeError):
+    """The counts of the retained requests cannot be read (Django's database is down)."""
+
+
 def _stats() -> dict[str, Any]:
-    counts = selectors.queue_counts()
+    counts = queue.queue_counts(settings.GORGE_WEBHOOK)
+    if counts.as_of is None:
+        raise CountsUnavailable
     return {
         "queuedCount": counts.queued,
         "sentCount": counts.sent,
         "failedCount": counts.failed,
         "activeWebhooks": counts.active_webhooks,
+        # Added fields: the counts are exact as of this time (Phorge's database clock), complete once the
+        # history has been counted once.
+        "countedAt": counts.as_of,
+        "countsComplete": counts.complete,
     }
 
 
@@ -57,9 +67,10 @@ def _hooks() -> dict[str, Any]:
     return {"total": selectors.hook_total()}
 
 
-def _latency_json(latency: history.Latency) -> dict[str, Any]:
+def _latency_json(latency: Latency, as_of: int | None) -> dict[str, Any]:
     return {
-        "window_sec": int(history.HOUR.total_seconds()),
+        "window_sec": int(HOUR.total_seconds()),
+        "as_of": as_of,  # kept with the counts: computed again at most every 30 s, the window ending then
         "attempts": latency.attempts,
         "p50": latency.p50,
         "p95": latency.p95,
@@ -67,15 +78,15 @@ def _latency_json(latency: history.Latency) -> dict[str, Any]:
     }
 
 
-def _hook_json(hook: HookHealth, health: QueueHealth, latency: history.Latency) -> dict[str, Any]:
+def _hook_json(hook: HookHealth, health: QueueHealth, latency: Latency) -> dict[str, Any]:
     return {
         "phid": hook.phid,
         "name": hook.name,
         "status": hook.status,
         "state": hook.state,
         "misconfigured": hook.misconfigured,
-        "counts": {"queued": hook.queued, "sent": hook.sent, "failed": hook.failed},
-        "due_now": hook.due,
+        "counts": {"queued": hook.queued, "sent": hook.sent, "failed": hook.failed} if health.counts_known else None,
+        "due_now": hook.due if health.counts_known else None,
         "breaker": {
             "state": "backoff" if hook.in_backoff else "closed",
             "recent_failures": hook.window_failures,
@@ -85,7 +96,7 @@ def _hook_json(hook: HookHealth, health: QueueHealth, latency: history.Latency) 
         "last_success_epoch": hook.last_success,
         "last_failure_epoch": hook.last_failure,
         "errors": [{"type": e.error_type, "code": e.error_code, "count": e.count} for e in hook.errors],
-        "latency_ms": _latency_json(latency),
+        "latency_ms": _latency_json(latency, None if health.attempts is None else health.attempts.latency_at),
     }
 
 
@@ -116,27 +127,31 @@ def _versions_json(workers: list[WorkerStatus]) -> dict[str, Any]:
 
 
 def _health() -> dict[str, Any]:
-    health = selectors.queue_health(settings.GORGE_WEBHOOK)
+    health = queue.queue_health(settings.GORGE_WEBHOOK)
     workers = heartbeat.workers()
-    latencies = history.latency_by_hook(health.hook_phids)
+    latencies = {} if health.attempts is None else health.attempts.latency
+    known = health.counts_known
     return {
         "now": health.now,
         "queue": {
-            "queued": health.queued,
-            "sent": health.sent,
-            "failed": health.failed,
-            "due_now": health.due_now,
-            "due_held": health.due_held,
+            "queued": health.queued if known else None,
+            "sent": health.sent if known else None,
+            "failed": health.failed if known else None,
+            "due_now": health.due_now if known else None,
+            "due_held": health.due_held if known else None,
             "oldest_due_age_sec": health.oldest_due_age,
             "lag": health.lag_state,
             "late_after_sec": health.thresholds.late_after,
             "stalled_after_sec": health.thresholds.stalled_after,
+            "counted_at": health.counted_at,
+            "counted_ago_sec": health.counted_ago,
+            "counts_complete": health.complete if known else None,
         },
-        "hooks": [_hook_json(hook, health, latencies[hook.phid]) for hook in health.hooks],
+        "hooks": [_hook_json(hook, health, latencies.get(hook.phid, Latency(0))) for hook in health.hooks],
         "workers": [_worker_json(worker) for worker in workers],
         "versions": _versions_json(workers),
         "php_worker": phorge_status.php_delivery_state().as_json(),
-        "phorge_settings": _settings_json(),
+        "phorge_settings": {**_settings_json(), "key_status": health.key_status},
         **_partition_json(),
         **_replica_json(),
         **_operator_json(),

@@ -9,14 +9,14 @@ from ..phorge.config import PhorgeConfig
 from ..phorge.delegation import Delegation
 from ..phorge.php_guard import RECENT_ARCHIVE_SEC
 from ..reads import herald as selectors
-from ..reads import phorge_status, replica
+from ..reads import phorge_status, queue, replica
+from ..reads.attempt_digest import DeliverySeries, series_of
 from ..reads.health import HookHealth, QueueHealth
 from ..reads.herald import RecentFailure
 from ..reads.replica import NO_REPLICA, ReplicaState
 from ..records import heartbeat
 from ..records.heartbeat import WorkerStatus
 from ..state import PhpDelivery, TaskWhileDelegated
-from .history import DeliverySeries, delivery_series
 
 HOOKS_SHOWN = 200
 _ATTENTION = {"backoff": 0, "failing": 1, "misconfigured": 2, "ok": 3, "disabled": 4}
@@ -101,12 +101,12 @@ class Dashboard:
 @selectors.uncommitted_reads
 def dashboard(config: DeliveryConfig) -> Dashboard:
     """Everything the dashboard shows, Phorge's reads in one READ UNCOMMITTED transaction."""
-    health = selectors.queue_health(config)
+    health = queue.queue_health(config)
     resolved = phorge_status.phorge_settings()
     php = phorge_status.php_delivery_state()
     return Dashboard(
         health=health,
-        series=delivery_series(health.now),
+        series=health.attempts.series if health.attempts is not None else series_of({}, health.now),
         failures=selectors.recent_failures(health),
         workers=heartbeat.workers(),
         php=php,

@@ -7,52 +7,25 @@ window's attempts by rounded duration, so a hook's answer is at most one row per
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, Q
-from django.db.models.functions import Round, TruncMinute
+from django.db.models.functions import Round
 
 from ..phorge.herald import RequestResult, RequestRow, RequestStatus
+from ..reads.attempt_digest import HOUR, DeliverySeries, Latency, delivery_series, latency, latency_by_hook
 from ..records.models import BreakerEvent, DeliveryAttempt
 
-HOUR = timedelta(hours=1)
+__all__ = ["DeliverySeries", "Latency", "delivery_series", "latency", "latency_by_hook"]
+
 DAY = timedelta(days=1)
 RECENT_ATTEMPTS = 50
 BREAKER_EVENTS = 20
 TIMELINE = 200
-CHART_HOURS = 6
-CHART_STEP_SEC = 60  # one bar per minute: TruncMinute below
 MATCH_SEC = 2  # the worker's clock against the database clock that stamped Phorge's row
-
-
-@dataclass(frozen=True)
-class Latency:
-    """Nearest-rank percentiles of attempt durations (claim to written outcome), in milliseconds."""
-
-    attempts: int
-    p50: int | None = None
-    p95: int | None = None
-    p99: int | None = None
-
-
-def latency(histogram: Mapping[int, int]) -> Latency:
-    """Percentiles from {duration in ms: attempts}. Pure."""
-    total = sum(histogram.values())
-    if not total:
-        return Latency(0)
-    marks = {}
-    for name, share in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99)):
-        rank, seen = max(1, math.ceil(share * total)), 0
-        for value in sorted(histogram):
-            seen += histogram[value]
-            if seen >= rank:
-                marks[name] = value
-                break
-    return Latency(total, **marks)
 
 
 @dataclass(frozen=True)
@@ -129,66 +102,6 @@ def hook_history(hook_phid: str, now: datetime | None = None) -> HookHistory:
 def request_attempts(request_phid: str) -> list[DeliveryAttempt]:
     """The request's attempts, oldest first (a timeline)."""
     return list(DeliveryAttempt.objects.filter(request_phid=request_phid).order_by("started_at", "id")[:TIMELINE])
-
-
-def latency_by_hook(
-    hook_phids: Sequence[str], now: datetime | None = None, window: timedelta = HOUR
-) -> dict[str, Latency]:
-    """Each hook's attempt latency over the window (hooks without attempts: zero attempts, no figures)."""
-    since = (now or datetime.now(UTC)) - window
-    rows = (
-        DeliveryAttempt.objects.filter(hook_phid__in=list(hook_phids), started_at__gte=since)
-        .exclude(result=RequestResult.NONE)
-        .annotate(ms=Round("duration_ms"))
-        .values("hook_phid", "ms")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    histograms: dict[str, dict[int, int]] = {phid: {} for phid in hook_phids}
-    for row in rows:
-        histograms.setdefault(row["hook_phid"], {})[round(float(row["ms"]))] = row["n"]
-    return {phid: latency(histogram) for phid, histogram in histograms.items()}
-
-
-# -- the dashboard chart ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeliverySeries:
-    """This service's HTTP attempts per minute by result, from the attempt log: a retried request counts
-    each attempt, so a failure stays drawn after the request is sent. Phorge's PHP worker is not in it."""
-
-    start: int  # epoch of the first bucket
-    step: int
-    sent: tuple[int, ...]
-    failed: tuple[int, ...]
-
-    @property
-    def hours(self) -> int:
-        return len(self.sent) * self.step // 3600
-
-
-def delivery_series(now: int, *, hours: int = CHART_HOURS) -> DeliverySeries:
-    """One grouped query on the (started_at, result) index: at most two rows per minute of the window,
-    however many attempts it holds."""
-    buckets = hours * 3600 // CHART_STEP_SEC
-    first = now // CHART_STEP_SEC - buckets + 1
-    sent, failed = [0] * buckets, [0] * buckets
-    rows = (
-        DeliveryAttempt.objects.filter(
-            started_at__gte=datetime.fromtimestamp(first * CHART_STEP_SEC, UTC),
-            result__in=[RequestResult.OKAY, RequestResult.FAIL],
-        )
-        .annotate(minute=TruncMinute("started_at"))
-        .values("result", "minute")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    for row in rows:
-        index = int(row["minute"].timestamp()) // CHART_STEP_SEC - first
-        if 0 <= index < buckets:
-            (sent if row["result"] == RequestResult.OKAY else failed)[index] += row["n"]
-    return DeliverySeries(first * CHART_STEP_SEC, CHART_STEP_SEC, tuple(sent), tuple(failed))
 
 
 # -- who wrote Phorge's last result -------------------------------------------------------------------

@@ -16,8 +16,8 @@ from django.db import DatabaseError
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..reads import alert_state, phorge_status
-from ..reads import herald as selectors
+from ..reads import alert_state, phorge_status, queue
+from ..reads.health import QueueHealth
 from ..records import heartbeat
 from ..version import VERSION
 
@@ -44,10 +44,42 @@ class QueueCollector:
         with self._lock:
             self._cached = None
 
+    @staticmethod
+    def _counts(health: QueueHealth) -> Iterator[Metric]:
+        """The tally's counts, as of its last refresh (none when they cannot be read), and how old they are."""
+        if not health.counts_known:
+            return
+        yield GaugeMetricFamily(
+            "gorge_webhook_queue_counts_age_seconds",
+            "How long ago the counts below were taken (Phorge's database clock): they are exact as of then.",
+            value=health.counted_ago or 0,
+        )
+        depth = GaugeMetricFamily(
+            "gorge_webhook_queue_requests", "Webhook requests retained by Phorge, by status.", labels=["status"]
+        )
+        for status, count in (("queued", health.queued), ("sent", health.sent), ("failed", health.failed)):
+            depth.add_metric([status], count)
+        yield depth
+        yield GaugeMetricFamily(
+            "gorge_webhook_queue_due_requests",
+            "Queued requests due for delivery (as of the counts).",
+            value=health.due_now,
+        )
+        yield GaugeMetricFamily(
+            "gorge_webhook_queue_held_requests",
+            "Due requests held back on purpose: their hook is in error backoff or has no HMAC key.",
+            value=health.due_held,
+        )
+        yield GaugeMetricFamily(
+            "gorge_webhook_queue_oldest_due_age_seconds",
+            "How long the oldest deliverable due request has waited (0 when none is due).",
+            value=health.oldest_due_age or 0,
+        )
+
     def _read(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("gorge_webhook_queue_up", "1 when this scrape could read Phorge's herald tables.")
         try:
-            health = selectors.queue_health(settings.GORGE_WEBHOOK)
+            health = queue.queue_health(settings.GORGE_WEBHOOK)
         except DatabaseError as exc:
             logger.warning(
                 "metrics scrape: Phorge's herald database unavailable",
@@ -58,25 +90,7 @@ class QueueCollector:
         else:
             up.add_metric([], 1)
             yield up
-            depth = GaugeMetricFamily(
-                "gorge_webhook_queue_requests", "Webhook requests retained by Phorge, by status.", labels=["status"]
-            )
-            for status, count in (("queued", health.queued), ("sent", health.sent), ("failed", health.failed)):
-                depth.add_metric([status], count)
-            yield depth
-            yield GaugeMetricFamily(
-                "gorge_webhook_queue_due_requests", "Queued requests due for delivery now.", value=health.due_now
-            )
-            yield GaugeMetricFamily(
-                "gorge_webhook_queue_held_requests",
-                "Due requests held back on purpose: their hook is in error backoff or has no HMAC key.",
-                value=health.due_held,
-            )
-            yield GaugeMetricFamily(
-                "gorge_webhook_queue_oldest_due_age_seconds",
-                "How long the oldest deliverable due request has waited (0 when none is due).",
-                value=health.oldest_due_age or 0,
-            )
+            yield from self._counts(health)
             yield GaugeMetricFamily(
                 "gorge_webhook_queue_hooks_in_backoff",
                 "Hooks in Phorge's error backoff (too many failed attempts in the window).",

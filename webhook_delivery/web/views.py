@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ..phorge.config import REQUEST_RETENTION_SEC
 from ..reads import alert_state as alert_selectors
 from ..reads import herald as selectors
-from ..reads import object_names, phorge_status
+from ..reads import object_names, phorge_status, queue
 from ..reads.health import HookHealth
 from ..records import actions, holds
 from ..records.heartbeat import WORKER_ALIVE_SEC
@@ -135,7 +135,7 @@ def hook_page(request: HttpRequest, phid: str) -> HttpResponse:
     """One hook: its queue in Phorge, and what each recent attempt did (from the attempt log)."""
     config = settings.GORGE_WEBHOOK
     try:
-        health = selectors.queue_health(config, only=[phid])
+        health = queue.queue_health(config, only=[phid])
         base = phorge_status.phorge_base_uri()
     except DatabaseError as exc:
         return _unavailable(request, "hook page", exc)

@@ -64,6 +64,13 @@ class Command(BaseCommand):
             # deliveries on a channel; several workers watching still notify each condition once.
             watcher = SideTask("alert-watcher", lambda stop: Watcher().run_forever(stop), on_give_up=worker.stop)
             watcher.start()
+        keeper = None
+        if not options["once"]:
+            from webhook_delivery.worker.tally_keeper import TallyKeeper
+
+            # The counts the pages show, refreshed by one worker at a time beside the deliveries.
+            keeper = TallyKeeper(settings.GORGE_WEBHOOK)
+            keeper.start()
         try:
             if options["metrics_port"]:
                 from prometheus_client import start_http_server
@@ -78,6 +85,8 @@ class Command(BaseCommand):
                 if (why := worker.blocked()) is not None:
                     raise CommandError(why, returncode=EXIT_PAUSED if worker.paused is not None else EXIT_DATABASE)
         finally:
+            if keeper is not None:
+                keeper.stop()
             if watcher is not None:
                 watcher.stop()
             restore()
