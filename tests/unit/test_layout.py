@@ -90,6 +90,71 @@ def test_no_module_is_over_500_lines() -> None:
     assert long == {}
 
 
+MAX_FUNCTION_LINES, MAX_FUNCTION_BRANCHES = 60, 15
+_OWN_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def branch_count(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The ways a function's own body can branch, as pylint's too-many-branches counts them: an `if` one, and
+    one more for an `else` that is no `elif`; a loop one, and one for its `else`; a `try` one for each `except`,
+    its `else` and its `finally`; a `match` one for each case. A function or class inside counts for itself."""
+    count = 0
+    pending: list[ast.AST] = list(ast.iter_child_nodes(function))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, _OWN_SCOPE):
+            continue
+        if isinstance(node, ast.If):
+            count += 1 + (bool(node.orelse) and not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)))
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            count += 1 + bool(node.orelse)
+        elif isinstance(node, ast.Try):
+            count += len(node.handlers) + bool(node.orelse) + bool(node.finalbody)
+        elif isinstance(node, ast.Match):
+            count += len(node.cases)
+        pending.extend(ast.iter_child_nodes(node))
+    return count
+
+
+def functions_over_the_limits(source: str, name: str) -> list[str]:
+    """Each function of `source` longer than MAX_FUNCTION_LINES (its `def` to its last line) or with more than
+    MAX_FUNCTION_BRANCHES branches, as `name:line function lines=.. branches=..`."""
+    over = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            branches = branch_count(node)
+            if lines > MAX_FUNCTION_LINES or branches > MAX_FUNCTION_BRANCHES:
+                over.append(f"{name}:{node.lineno} {node.name} lines={lines} branches={branches}")
+    return over
+
+
+def test_no_function_of_the_worker_is_over_60_lines_or_15_branches() -> None:
+    """The worker reads top to bottom: a function that grows past these is split where its steps part."""
+    worker = PACKAGE / "worker"
+    over = [
+        found
+        for path in sorted(worker.rglob("*.py"))
+        for found in functions_over_the_limits(path.read_text(), str(path.relative_to(PACKAGE)))
+    ]
+    assert over == []
+
+
+def test_the_function_limits_see_too_many_lines_and_branches() -> None:
+    branchy = "def f(x):\n" + "".join(f"    if x == {i}:\n        return {i}\n" for i in range(15))
+    branchy += "    try:\n        pass\n    except ValueError:\n        pass\n"
+    assert [found.split(" ", 1)[1] for found in functions_over_the_limits(branchy, "m")] == ["f lines=35 branches=16"]
+    inner = "def f(x):\n    def g(y):\n" + "".join(f"        if y == {i}:\n            pass\n" for i in range(16))
+    assert [found.split(" ", 1)[1] for found in functions_over_the_limits(inner, "m")] == ["g lines=33 branches=16"]
+    elifs = (
+        "def f(x):\n" + "    if x:\n        pass\n" + "    elif x:\n        pass\n" * 14 + "    else:\n        pass\n"
+    )
+    assert functions_over_the_limits(elifs, "m") == ["m:1 f lines=33 branches=16"]
+    long = "def f():\n" + "    x = 1\n" * 60
+    assert functions_over_the_limits(long, "m") == ["m:1 f lines=61 branches=0"]
+    assert functions_over_the_limits("def f():\n" + "    x = 1\n" * 59, "m") == []
+
+
 @pytest.mark.parametrize("path", python_files("phorge"), ids=lambda path: str(path.relative_to(PACKAGE)))
 def test_phorges_values_and_rules_import_neither_process(path: Path) -> None:
     assert not [

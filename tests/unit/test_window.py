@@ -102,6 +102,26 @@ def test_retry_now_makes_failures_up_to_its_moment_due_at_once_and_no_later_one(
     assert sorted(drain(source, win)) == [later, elsewhere]
 
 
+def test_a_row_failed_again_in_the_second_a_retry_now_read_it_is_read_again_after_its_backoff() -> None:
+    """The retry cursor stops on a row read in the second it failed (a Retry now up to that second); failed
+    again at once, it is behind the cursor, which goes back for it."""
+    source = MemorySource()
+    hook = "PHID-HWBH-samesecondsamesecond"
+    row_id = source.add(hook)
+    win, _ = window(source, per_hook=1)
+    win.poll()
+    for _ in range(2):
+        rows = win.take(hook, 1)
+        source.fail(row_id)
+        win.settle(Settlement(hook, rows, retried=[(row_id, source.now)]))
+        win.retry_now({hook: source.now})
+        win.poll()
+        win.check_invariants(source.rows.values())
+    win.retry_now({})
+    source.now += BACKOFF
+    assert drain(source, win) == [row_id]
+
+
 def test_an_old_queued_row_below_the_start_up_frontier_is_found() -> None:
     source = MemorySource()
     hook = "PHID-HWBH-oldoldoldoldoldoldold"
@@ -203,8 +223,10 @@ class WindowMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.source = MemorySource()
-        self.win, self.monotonic = window(self.source, per_hook=4, total=10)
+        # One hook a query and two queries a poll: refills often go beyond one poll's budget.
+        self.win, self.monotonic = window(self.source, per_hook=4, total=10, hooks_per_query=1, queries_per_poll=2)
         self.out: list[tuple[str, list[RequestRow]]] = []
+        self.orders: dict[str, int] = {}
 
     @rule(
         hook=st.sampled_from(HOOKS), count=st.integers(1, 6), kind=st.sampled_from(["untried", "failed", "fresh-fail"])
@@ -225,6 +247,17 @@ class WindowMachine(RuleBasedStateMachine):
     @rule()
     def poll(self) -> None:
         self.win.poll()
+
+    @rule(hook=st.sampled_from(HOOKS), back=st.sampled_from([0, 3, BACKOFF]))
+    def operator_orders_retry_now(self, hook: str, back: int) -> None:
+        """Failures up to `back` seconds ago wait no backoff (0: up to now, as the order's moment may be)."""
+        self.orders[hook] = max(self.orders.get(hook, 0), self.source.now - back)
+        self.win.retry_now(self.orders)
+
+    @rule(hook=st.sampled_from(HOOKS))
+    def retry_now_lifted(self, hook: str) -> None:
+        self.orders.pop(hook, None)
+        self.win.retry_now(self.orders)
 
     @rule(data=st.data(), limit=st.integers(1, 5))
     def take(self, data: st.DataObject, limit: int) -> None:
@@ -266,7 +299,7 @@ class WindowMachine(RuleBasedStateMachine):
 
     @invariant()
     def invariants_hold(self) -> None:
-        self.win.check_invariants()
+        self.win.check_invariants(self.source.rows.values())
 
     def _queued_left(self) -> bool:
         return any(row.status == "queued" for row in self.source.rows.values())
@@ -284,7 +317,7 @@ class WindowMachine(RuleBasedStateMachine):
             self.source.now += 1
             self.monotonic.advance(1)
             more = self.win.poll()
-            self.win.check_invariants()
+            self.win.check_invariants(self.source.rows.values())
             candidates = self.win.candidates()
             if not candidates and not more and not self._queued_left():
                 break

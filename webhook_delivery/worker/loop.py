@@ -35,7 +35,7 @@ from .metrics import Counters
 from .parts import Parts, build_parts
 from .scheduling import Scheduler
 from .site_records import SiteRecords
-from .window import QueueWindow
+from .window import Candidate, QueueWindow
 
 logger = logging.getLogger(__name__)
 
@@ -332,14 +332,14 @@ class Worker:
             if candidates and len(running) < self.max_concurrent:
                 self._load_hooks(candidates)
                 if self.scheduler.note_misconfigured(self.hooks, candidates):
-                    candidates = [c for c in candidates if c[1] not in self.scheduler.misconfigured]
+                    candidates = [c for c in candidates if c.hook not in self.scheduler.misconfigured]
             self._database_recovered()
         except DatabaseError:
             self._database_failed()
             return False, False
         metrics.TRACKED_QUEUED.set(self.window.held_count)
         scheduler = self.scheduler
-        last_results = ((first, hook, self.window.last_result(hook, first)) for first, hook in candidates)
+        last_results = ((c.first_id, c.hook, self.window.last_result(c.hook, c.first_id)) for c in candidates)
         scheduled = False
         for hook_phid, lane in scheduler.order(last_results):
             if self.stopping.is_set() or scheduler.full():
@@ -408,9 +408,9 @@ class Worker:
             lines.append(f"left the requests of {len(scheduler.held)} held hook(s) (manage.py hold_webhooks --list)")
         return lines
 
-    def _load_hooks(self, candidates: list[tuple[int, str]]) -> None:
+    def _load_hooks(self, candidates: list[Candidate]) -> None:
         """Hook rows (URI, key, status) at most HOOKS_RELOAD_SEC old, as PHP reads them per task."""
-        unknown = any(hook not in self.hooks for _first, hook in candidates)
+        unknown = any(c.hook not in self.hooks for c in candidates)
         if unknown or time.monotonic() - self._hooks_loaded > HOOKS_RELOAD_SEC:
             self.hooks = self.reader.hooks()
             self._hooks_loaded = time.monotonic()

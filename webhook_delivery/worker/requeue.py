@@ -28,6 +28,15 @@ BATCH = 1000
 PHID_RE = re.compile(r"PHID-[A-Z0-9]{4}-[A-Za-z0-9]{1,54}")
 
 
+def _error_of(row: RequestRow) -> tuple[dict[str, object] | None, tuple[str, str]]:
+    """A failed request's properties (None when unreadable) and its (errorType, errorCode)."""
+    try:
+        properties = decode_properties(row.properties or "")
+    except UndecodableProperties:
+        return None, ("", "")
+    return properties, (str(properties.get("errorType", "")), str(properties.get("errorCode", "")))
+
+
 @dataclass(frozen=True)
 class Candidate:
     row: RequestRow
@@ -79,33 +88,33 @@ class Requeue:
         plan = Plan(now=now, since=since if since is not None else 0, until=until if until is not None else now)
         if plan.since > plan.until:
             raise RequeueError("--since is after --until: nothing can match")
-        hooks = self.hooks_named(hook_phids)
         oldest = None if self.retention is None else now - self.retention + GC_MARGIN_SEC
-        for hook in hooks:
+        for hook in self.hooks_named(hook_phids):
             refusal = DISABLED if hook.status == HookStatus.DISABLED else NO_KEY if not hook.hmac_key else None
             for row in self._failed(hook.phid, plan.since, plan.until):
-                try:
-                    properties = decode_properties(row.properties or "")
-                except UndecodableProperties:
-                    properties = None
-                error_type = str((properties or {}).get("errorType", ""))
-                error_code = str((properties or {}).get("errorCode", ""))
-                if errors and not any(wanted.matches(error_type, error_code) for wanted in errors):
+                properties, error = _error_of(row)
+                if errors and not any(wanted.matches(*error) for wanted in errors):
                     continue
-                if refusal is not None:
-                    plan.refused[refusal] += 1
-                elif properties is None:
-                    plan.refused[UNREADABLE] += 1
-                elif oldest is not None and row.date_created < oldest:
-                    plan.refused[TOO_OLD] += 1
-                elif (error_type, error_code) == (HOOK_ERROR, INVALID_OBJECT) and self._object_gone(row.object_phid):
-                    plan.refused[OBJECT_GONE] += 1
-                else:
-                    failed_at = row.last_epoch or row.date_modified
-                    kept = dataclasses.replace(row, properties=None)  # a week of failures stays small in memory
-                    plan.selected.append(Candidate(kept, hook.name, failed_at, error_type, error_code))
+                refusal_of_row = refusal or self._left_failed(row, properties, error, oldest)
+                if refusal_of_row is not None:
+                    plan.refused[refusal_of_row] += 1
+                    continue
+                kept = dataclasses.replace(row, properties=None)  # a week of failures stays small in memory
+                plan.selected.append(Candidate(kept, hook.name, row.last_epoch or row.date_modified, *error))
         plan.selected.sort(key=lambda candidate: (candidate.failed_at, candidate.row.id))
         return plan
+
+    def _left_failed(
+        self, row: RequestRow, properties: dict[str, object] | None, error: tuple[str, str], oldest: int | None
+    ) -> str | None:
+        """Why a failed request of a deliverable hook stays failed, or None when it may go back to the queue."""
+        if properties is None:
+            return UNREADABLE
+        if oldest is not None and row.date_created < oldest:
+            return TOO_OLD
+        if error == (HOOK_ERROR, INVALID_OBJECT) and self._object_gone(row.object_phid):
+            return OBJECT_GONE
+        return None
 
     def _object_gone(self, object_phid: str) -> bool:
         return self.objects is not None and self.objects.transactions(object_phid, []) is None

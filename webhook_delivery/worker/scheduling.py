@@ -18,6 +18,7 @@ from . import metrics
 from .attempts import AttemptLog
 from .job import Job, JobResult
 from .metrics import Counters
+from .window_held import Candidate
 
 logger = logging.getLogger(__name__)
 
@@ -134,10 +135,10 @@ class Scheduler:
     def in_flight(self) -> int:
         return self.lanes.running.total()
 
-    def note_misconfigured(self, hooks: Mapping[str, Hook], candidates: list[tuple[int, str]]) -> bool:
+    def note_misconfigured(self, hooks: Mapping[str, Hook], candidates: list[Candidate]) -> bool:
         """Track hooks with an empty HMAC key (never called unsigned); True if a candidate is one."""
         unsigned = {phid for phid, hook in hooks.items() if not hook.hmac_key}
-        waiting = {hook for _first, hook in candidates}
+        waiting = {candidate.hook for candidate in candidates}
         for phid in (unsigned - self.misconfigured) & waiting:
             logger.error(
                 "hook has an empty HMAC key: its requests stay queued until a key is set",
