@@ -212,6 +212,20 @@ class MemoryStore:
         done = self.write_outcome(*written, status=status, result=result, attempted=attempted, properties=properties)
         return done, self.claim(claim, lease=lease, retry_backoff=retry_backoff, lock=lock), True
 
+    def requeue(self, row: RequestRow) -> bool:
+        with self.lock:
+            stored = self.rows.get(row.id)
+            as_read = (RequestStatus.FAILED, row.last_result, row.last_epoch, row.date_modified)
+            if (
+                stored is None
+                or (stored.status, stored.last_result, stored.last_epoch, stored.date_modified) != as_read
+            ):
+                return False
+            self.rows[row.id] = dataclasses.replace(
+                stored, status=RequestStatus.QUEUED, last_result="none", last_epoch=0, date_modified=stored.date_created
+            )
+            return True
+
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
         epochs = [
             row.last_epoch
