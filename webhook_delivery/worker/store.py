@@ -79,13 +79,11 @@ class Store:
         self._fetched = REQUEST_SELECT.plus(properties=inline_properties, now=now)
         self._fetch_sql = f"SELECT {self._fetched.sql} FROM {REQUESTS} WHERE id IN "
         version = self.dialect.greatest("dateModified + 1", now)
-        claim_where = f"WHERE id = %(id)s AND dateModified = %(version)s AND {self.dialect.due_sql()}"
-        if self.is_mysql:
-            self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = LAST_INSERT_ID({version}) {claim_where}"
-            self._locked_claim_sql = f"{self._claim_sql} AND IS_USED_LOCK(%(lock)s) = %(session)s"
-        else:
-            self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = {version} {claim_where} RETURNING dateModified"
-            self._locked_claim_sql = self._claim_sql
+        claim_where = f"id = %(id)s AND dateModified = %(version)s AND {self.dialect.due_sql()}"
+        self._claim_sql = self._versioned([], version, claim_where)
+        # The hook's lock, checked by the claim itself: only MariaDB/MySQL have them on the server.
+        locked = f"{claim_where} AND IS_USED_LOCK(%(lock)s) = %(session)s"
+        self._locked_claim_sql = self._versioned([], version, locked) if self.is_mysql else self._claim_sql
         # A claim taken back before any call: the row as it was, if the claim is still ours.
         self._release_sql = (
             f"UPDATE {REQUESTS} SET dateModified = %(previous)s "
@@ -110,19 +108,23 @@ class Store:
         with self.pool.connection() as connection, connection.cursor() as cursor:
             yield cursor
 
+    def _versioned(self, assignments: list[str], version: str, where: str) -> str:
+        """An UPDATE of the request table that sets `assignments`, then dateModified to `version`, in the form
+        that hands the version set back in the same round trip (writes.Writes.versioned reads it):
+        LAST_INSERT_ID(expr) on MariaDB/MySQL, RETURNING on SQLite."""
+        if self.is_mysql:
+            sets = ", ".join([*assignments, f"dateModified = LAST_INSERT_ID({version})"])
+            return f"UPDATE {REQUESTS} SET {sets} WHERE {where}"
+        sets = ", ".join([*assignments, f"dateModified = {version}"])
+        return f"UPDATE {REQUESTS} SET {sets} WHERE {where} RETURNING dateModified"
+
     def _write_statement(self, attempted: bool, with_properties: bool) -> str:
         now = self.now_sql
-        stamp = f"LAST_INSERT_ID({now})" if self.is_mysql else now
         assignments = ["status = %(status)s", "lastRequestResult = %(result)s"]
         if with_properties:
             assignments.append("properties = %(properties)s")
         assignments.append(f"lastRequestEpoch = {now if attempted else '0'}")
-        assignments.append(f"dateModified = {stamp}")
-        sql = (
-            f"UPDATE {REQUESTS} SET {', '.join(assignments)} "
-            "WHERE id = %(id)s AND status = 'queued' AND dateModified = %(version)s"
-        )
-        return sql if self.is_mysql else f"{sql} RETURNING dateModified"
+        return self._versioned(assignments, now, "id = %(id)s AND status = 'queued' AND dateModified = %(version)s")
 
     def _records(self, columns: Columns, sql: str, params: dict[str, Any] | None = None) -> list[Record]:
         """Every row of `sql`, whose SELECT list is `columns`, by name."""
