@@ -49,15 +49,20 @@ def close_quietly(connection: Any) -> None:
 
 
 class Statement(NamedTuple):
-    """A statement with `%(name)s` parameters, and their values."""
+    """A statement with `%(name)s` parameters, and their values: bound one way for each kind of connection."""
 
     sql: str
     params: Mapping[str, Any]
 
+    def run(self, cursor: Any) -> None:
+        """Through a Django cursor: the driver binds the parameters."""
+        cursor.execute(*positional(self.sql, self.params))
 
-def run(cursor: Any, statement: Statement) -> None:
-    """`statement` through a Django cursor: the driver binds its parameters."""
-    cursor.execute(*positional(*statement))
+    def bound(self, driver: Any) -> bytes:
+        """For the driver's own calls (SessionPool): the statement's bytes, each parameter escaped by the
+        driver as a cursor would send it."""
+        text, names = _template(self.sql)
+        return text % tuple([_literal(driver, self.params[name]) for name in names])
 
 
 @functools.lru_cache(maxsize=64)
@@ -67,16 +72,10 @@ def _template(sql: str) -> tuple[bytes, tuple[str, ...]]:
     return text.encode("utf-8"), names
 
 
-def _bound(driver: Any, sql: str, params: Mapping[str, Any]) -> bytes:
-    """The statement's bytes with its parameters escaped by the driver, as a cursor would send them."""
-    text, names = _template(sql)
-    return text % tuple([_literal(driver, params[name]) for name in names])
-
-
 def _literal(driver: Any, value: Any) -> bytes:
     # What driver.literal() gives for these types, without its dispatch in Python: integers as digits,
     # text escaped by the C client for the connection's character set (tests/db/test_sessions.py holds this
-    # and _bound() to the driver's literal() and a cursor's statement, over hostile values).
+    # and Statement.bound() to the driver's literal() and a cursor's statement, over hostile values).
     if type(value) is int:
         return b"%d" % value
     if type(value) is str:
@@ -204,7 +203,7 @@ class SessionPool:
         try:
             with wrapper.wrap_database_errors:
                 if statements:
-                    driver.query(b";".join([_bound(driver, sql, params) for sql, params in statements]))
+                    driver.query(b";".join([Statement(*statement).bound(driver) for statement in statements]))
                 else:
                     driver.next_result()
                 return int(driver.affected_rows()), int(driver.insert_id())

@@ -34,7 +34,7 @@ from ..phorge.herald import (
     RequestRow,
     text,
 )
-from .sessions import SessionPool, Statement, close_quietly, run
+from .sessions import SessionPool, Statement, close_quietly
 from .writes import Twice, Writes, writes_for
 
 INLINE_PROPERTIES = 256 * 1024  # bytes: larger properties are read one row at a time
@@ -49,7 +49,7 @@ def _execute(cursor: Any, sql: str, params: dict[str, Any] | None) -> None:
     if params is None:
         cursor.execute(sql)
         return
-    run(cursor, Statement(sql, params))
+    Statement(sql, params).run(cursor)
 
 
 def _numbered(n: int, **values: Any) -> dict[str, Any]:

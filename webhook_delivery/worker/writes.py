@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from django.db import DatabaseError
 
 from ..phorge.columns import Columns
-from .sessions import SessionPool, Statement, run
+from .sessions import SessionPool, Statement
 
 RETURNED = Columns.of("dateModified")  # what SQLite's RETURNING hands back from a versioned UPDATE
 Cursor = Callable[[], AbstractContextManager[Any]]
@@ -84,12 +84,12 @@ class CursorWrites:
 
     def versioned(self, statement: Statement) -> int | None:
         with self._cursor() as cursor:
-            run(cursor, statement)
+            statement.run(cursor)
             return int(cursor.lastrowid) if cursor.rowcount == 1 else None
 
     def matched(self, statement: Statement) -> bool:
         with self._cursor() as cursor:
-            run(cursor, statement)
+            statement.run(cursor)
             return bool(cursor.rowcount == 1)
 
     def versioned_twice(self, first: Statement, second: Statement) -> Twice:
@@ -105,6 +105,6 @@ class ReturningWrites(CursorWrites):
 
     def versioned(self, statement: Statement) -> int | None:
         with self._cursor() as cursor:
-            run(cursor, statement)
+            statement.run(cursor)
             row = cursor.fetchone()
         return None if row is None else int(RETURNED.read(row)["dateModified"])
