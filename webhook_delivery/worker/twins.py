@@ -5,8 +5,9 @@ production ones); only storage is twinned.
 
 MemoryStore keeps store.Store's semantics: the due rule (phorge.herald.is_due), the claim as a
 compare-and-set on the version that also moves it to the database's clock, a result written only under the
-claim that was won, properties above INLINE_PROPERTIES read alone. tests/support/store_contract.py runs
-one contract against both.
+claim that was won, properties above INLINE_PROPERTIES read alone, a failed request requeued only as it was
+read. tests/support/store_contract.py runs one contract against it and against store.Store in each of its
+ways to write (writes.py).
 """
 
 from __future__ import annotations
