@@ -19,7 +19,7 @@ from tests.support.helpers import PHORGE_DB, Phorge
 from tests.support.waiting import wait_for
 from webhook_delivery.config import PHORGE_ALIAS
 from webhook_delivery.phorge.columns import positional
-from webhook_delivery.worker.sessions import SessionPool, _bound, _literal
+from webhook_delivery.worker.sessions import SessionPool, Statement, _literal
 from webhook_delivery.worker.store import Store
 
 # What an attacker would try in a value: quotes, backslashes, the statement separator, comments, NUL, ^Z,
@@ -68,7 +68,7 @@ def test_a_statement_is_bound_as_a_cursor_binds_it(pool: SessionPool, value: str
     params = {"value": value, "id": row_id, "other": other}
     with pool.connection() as wrapper, wrapper.cursor() as cursor:
         driver = wrapper.connection
-        assert _bound(driver, STATEMENT, params).decode(driver.encoding) == cursor.mogrify(
+        assert Statement(STATEMENT, params).bound(driver).decode(driver.encoding) == cursor.mogrify(
             *positional(STATEMENT, params)
         )
 

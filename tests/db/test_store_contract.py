@@ -1,14 +1,17 @@
-"""The store contract (tests/support/store_contract.py) on store.Store over Phorge's real tables, the clock
-fixed with the session's own `SET timestamp`."""
+"""The store contract (tests/support/store_contract.py) on store.Store in each of its ways to write: over
+Phorge's real tables on MariaDB (the clock fixed with the session's own `SET timestamp`), on its own
+connection and through a session pool, and on SQLite as the demo runs it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.helpers import PHORGE_DB, Phorge
-from tests.support.store_contract import OnMariaDB, OnPooledMariaDB, StoreContract
+from tests.support.store_contract import OnMariaDB, OnPooledMariaDB, OnSQLite, StoreContract
 
 
 @PHORGE_DB
@@ -28,3 +31,14 @@ class TestOnPooledMariaDB(StoreContract):
         yield store
         store.clock.release()
         store.pool.close()
+
+
+class TestOnSQLite(StoreContract):
+    @pytest.fixture
+    def seeded(self, tmp_path: Path, django_db_blocker: Any) -> Iterator[OnSQLite]:
+        with django_db_blocker.unblock():
+            store = OnSQLite(tmp_path)
+            try:
+                yield store
+            finally:
+                store.close()

@@ -1,21 +1,31 @@
-"""One contract, two stores: store.Store on Phorge's real tables (MariaDB, the clock fixed with the session's
-own `SET timestamp`) and twins.MemoryStore. What the job and the loop rely on holds for both, so a test that
-runs the worker on the twin says something about the real thing. StoreContract holds the tests; each lane runs
-them on its store: tests/unit/test_store_contract.py on the twin, tests/db/test_store_contract.py on MariaDB."""
+"""One contract, every store: store.Store in each of its ways to write (writes.py) and twins.MemoryStore.
+store.Store runs on Phorge's real tables on MariaDB (the clock fixed with the session's own `SET timestamp`),
+on its own connection (CursorWrites) and through a session pool (PooledWrites), and on SQLite as the demo
+runs it (ReturningWrites; the clock fixed by standing in for SQLite's strftime). What the job and the loop
+rely on holds for all, so a test that runs the worker on the twin says something about the real thing.
+StoreContract holds the tests; each lane runs them on its stores: tests/unit/test_store_contract.py on the
+twin, tests/db/test_store_contract.py on the others."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any, Protocol
+
+from django.db import connections
 
 from tests.support.clock import PhorgeClock
 from tests.support.helpers import Phorge
 from webhook_delivery.config import PHORGE_ALIAS
+from webhook_delivery.demo.sqlite_schema import translate
+from webhook_delivery.phorge import seeding
 from webhook_delivery.phorge.herald import RequestRow
+from webhook_delivery.sql import PHORGE_SCHEMA
 from webhook_delivery.worker.sessions import SessionPool
 from webhook_delivery.worker.store import INLINE_PROPERTIES, Store
 from webhook_delivery.worker.twins import MemoryStore
+from webhook_delivery.worker.writes import CursorWrites, PooledWrites, ReturningWrites
 
 NOW = 1_764_620_000
 LEASE, RETRY = 60, 300
@@ -54,6 +64,7 @@ class OnMariaDB:
     def __init__(self, phorge: Phorge) -> None:
         self.phorge = phorge
         self.store = Store()
+        assert type(self.store.writes) is CursorWrites
         self.clock = PhorgeClock(phorge, NOW)
 
     def hook(self, phid: str) -> str:
@@ -88,6 +99,7 @@ class OnPooledMariaDB(OnMariaDB):
         self.pool = SessionPool(PHORGE_ALIAS, 2)
         assert self.pool.batches, "one connection kept: a write and a claim go in one round trip"
         self.store = Store(pool=self.pool)
+        assert type(self.store.writes) is PooledWrites
         self.at(NOW)
 
     def at(self, now: int) -> None:
@@ -95,6 +107,60 @@ class OnPooledMariaDB(OnMariaDB):
         with self.pool.connection() as wrapper, wrapper.cursor() as cursor:
             cursor.execute("SET timestamp = %s", (now,))
         self.pool.change("SET timestamp = %(now)s", {"now": now})
+
+
+class OnSQLite:
+    """Phorge's tables as the demo makes them on SQLite (its translation of their DDL), in a file of their own
+    under a Django alias of their own, the store on that connection."""
+
+    ALIAS = "phorge_contract_sqlite"
+
+    def __init__(self, folder: Path) -> None:
+        database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(folder / "phorge.sqlite3")}
+        connections.settings[self.ALIAS] = connections.configure_settings({"default": {}, self.ALIAS: database})[
+            self.ALIAS
+        ]
+        self.now = NOW
+        connection = connections[self.ALIAS]
+        connection.ensure_connection()
+        # SQLite lets a connection's own function stand in for a built-in one of the same arity.
+        connection.connection.create_function("strftime", 2, self._strftime)
+        with connection.cursor() as cursor:
+            for statement in translate(PHORGE_SCHEMA.read_text()):
+                cursor.execute(statement)
+        self.store = Store(self.ALIAS)
+        assert type(self.store.writes) is ReturningWrites
+
+    def _strftime(self, form: str, when: str) -> str:
+        assert (form, when) == ("%s", "now"), "the store reads the clock only as now_sql"
+        return str(self.now)
+
+    def hook(self, phid: str) -> str:
+        row = seeding.hook_row("http://127.0.0.1:9/x", now=NOW, name="hook", status="enabled", hmac_key=None)
+        row["phid"] = phid
+        with connections[self.ALIAS].cursor() as cursor:
+            seeding.insert(cursor, "herald_webhook", [row])
+        return phid
+
+    def request(self, hook: str, *, created: int, properties: str = PROPERTIES, **columns: Any) -> int:
+        row = seeding.request_row(hook, properties, now=created)
+        row.update(columns)
+        with connections[self.ALIAS].cursor() as cursor:
+            seeding.insert(cursor, "herald_webhookrequest", [row])
+            return int(cursor.lastrowid)
+
+    def at(self, now: int) -> None:
+        self.now = now
+
+    def row(self, row_id: int) -> RequestRow:
+        found, _now = self.store.fetch([row_id])
+        [row] = found
+        return row
+
+    def close(self) -> None:
+        connections[self.ALIAS].close()
+        del connections[self.ALIAS]
+        del connections.settings[self.ALIAS]
 
 
 def _row_fields(columns: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +268,25 @@ class StoreContract:
         row = seeded.row(second)
         assert (row.status, row.last_result, row.last_epoch, row.properties) == ("queued", "fail", NOW + 1, failed[3])
         assert seeded.row(third).date_modified == NOW + 1, "claimed once, by the first of the two"
+
+    def test_a_failed_request_is_requeued_once_and_only_as_it_was_read(self, seeded: Seeded) -> None:
+        hook = seeded.hook("PHID-HWBH-contractcontract0011")
+        row_id = seeded.request(
+            hook,
+            created=NOW - 1000,
+            status="failed",
+            lastRequestResult="fail",
+            lastRequestEpoch=NOW - 100,
+            dateModified=NOW - 100,
+        )
+        failed = seeded.row(row_id)
+        assert not seeded.store.requeue(dataclasses.replace(failed, last_epoch=NOW - 101)), "not as it was read"
+        assert seeded.store.requeue(failed)
+        row = seeded.row(row_id)
+        assert (row.status, row.last_result, row.last_epoch, row.date_modified) == ("queued", "none", 0, NOW - 1000)
+        assert row.properties == PROPERTIES, "properties as they were"
+        assert not seeded.store.requeue(failed), "requeued once"
+        assert seeded.store.claim(row, lease=LEASE, retry_backoff=RETRY) == NOW, "due at once"
 
     def test_a_failed_forever_request_waits_the_retry_backoff_not_the_lease(self, seeded: Seeded) -> None:
         hook = seeded.hook("PHID-HWBH-contractcontract0005")

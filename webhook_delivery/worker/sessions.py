@@ -26,12 +26,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import DatabaseError, connections
 
 from ..config import master_alias
-from ..phorge.columns import positional_sql
+from ..phorge.columns import positional, positional_sql
 from ..phorge.databases import MASTER_DOWN_SEC, ConnectionSource
 
 MULTI_STATEMENTS_ON = 0  # the C client's MYSQL_OPTION_MULTI_STATEMENTS_ON, for set_server_option()
@@ -48,6 +48,23 @@ def close_quietly(connection: Any) -> None:
         connection.connection = None
 
 
+class Statement(NamedTuple):
+    """A statement with `%(name)s` parameters, and their values: bound one way for each kind of connection."""
+
+    sql: str
+    params: Mapping[str, Any]
+
+    def run(self, cursor: Any) -> None:
+        """Through a Django cursor: the driver binds the parameters."""
+        cursor.execute(*positional(self.sql, self.params))
+
+    def bound(self, driver: Any) -> bytes:
+        """For the driver's own calls (SessionPool): the statement's bytes, each parameter escaped by the
+        driver as a cursor would send it."""
+        text, names = _template(self.sql)
+        return text % tuple([_literal(driver, self.params[name]) for name in names])
+
+
 @functools.lru_cache(maxsize=64)
 def _template(sql: str) -> tuple[bytes, tuple[str, ...]]:
     """A statement with `%(name)s` parameters as the driver's bytes with `%s`, and the names in order."""
@@ -55,16 +72,10 @@ def _template(sql: str) -> tuple[bytes, tuple[str, ...]]:
     return text.encode("utf-8"), names
 
 
-def _bound(driver: Any, sql: str, params: Mapping[str, Any]) -> bytes:
-    """The statement's bytes with its parameters escaped by the driver, as a cursor would send them."""
-    text, names = _template(sql)
-    return text % tuple([_literal(driver, params[name]) for name in names])
-
-
 def _literal(driver: Any, value: Any) -> bytes:
     # What driver.literal() gives for these types, without its dispatch in Python: integers as digits,
     # text escaped by the C client for the connection's character set (tests/db/test_sessions.py holds this
-    # and _bound() to the driver's literal() and a cursor's statement, over hostile values).
+    # and Statement.bound() to the driver's literal() and a cursor's statement, over hostile values).
     if type(value) is int:
         return b"%d" % value
     if type(value) is str:
@@ -148,15 +159,8 @@ class SessionPool:
         delivery (the claim and the result write): Django's cursor around them cost as much CPU as the
         driver. Errors are Django's, as through a cursor."""
         index = self._borrow(self.any)
-        wrapper = self._all[index]
         try:
-            with wrapper.wrap_database_errors:
-                driver = self._driver(wrapper)
-                driver.query(_bound(driver, sql, params))
-                return int(driver.affected_rows()), int(driver.insert_id())
-        except DatabaseError:
-            self._failed(wrapper)
-            raise
+            return self._sent(index, self._opened(index), (sql, params))
         finally:
             self._locks[index].release()
 
@@ -168,35 +172,52 @@ class SessionPool:
         one is busy). The first's (rows matched, LAST_INSERT_ID()), and the second's, or None when it failed
         after the first was done: whether it took is then not known (its connection is closed)."""
         index = self._borrow(self.any)
-        batched = self.batches and index in self.kept
-        wrapper = self._all[index]
         try:
-            try:
-                with wrapper.wrap_database_errors:
-                    driver = self._driver(wrapper)
-                    if not batched:
-                        driver.query(_bound(driver, *first))
-                    else:
-                        if self._multi[index] is not driver:
-                            driver.set_server_option(MULTI_STATEMENTS_ON)  # on this kept connection only
-                            self._multi[index] = driver
-                        driver.query(_bound(driver, *first) + b";" + _bound(driver, *second))
-                    done = int(driver.affected_rows()), int(driver.insert_id())
-            except DatabaseError:
-                self._failed(wrapper)
-                raise
-            try:
-                with wrapper.wrap_database_errors:
-                    if batched:
-                        driver.next_result()
-                    else:
-                        driver.query(_bound(driver, *second))
-                    return done, (int(driver.affected_rows()), int(driver.insert_id()))
-            except DatabaseError:
-                self._failed(wrapper)
-                return done, None
+            if self.batches and index in self.kept:
+                driver = self._opened(index, batches=True)
+                return self._sent(index, driver, first, second), self._then(index, driver)
+            driver = self._opened(index)
+            return self._sent(index, driver, first), self._then(index, driver, second)
         finally:
             self._locks[index].release()
+
+    def _opened(self, index: int, *, batches: bool = False) -> Any:
+        """The driver's connection of slot `index`, (re)opened if need be, taking several statements at once
+        when `batches`; a failure closes it."""
+        wrapper = self._all[index]
+        try:
+            with wrapper.wrap_database_errors:
+                driver = self._driver(wrapper)
+                if batches and self._multi[index] is not driver:
+                    driver.set_server_option(MULTI_STATEMENTS_ON)  # on this kept connection only
+                    self._multi[index] = driver
+                return driver
+        except DatabaseError:
+            self._failed(wrapper)
+            raise
+
+    def _sent(self, index: int, driver: Any, *statements: tuple[str, Mapping[str, Any]]) -> tuple[int, int]:
+        """`statements` sent in one round trip, or with none the next result of the last round trip: the
+        (rows matched, LAST_INSERT_ID()) of the first result. A failure closes the connection."""
+        wrapper = self._all[index]
+        try:
+            with wrapper.wrap_database_errors:
+                if statements:
+                    driver.query(b";".join([Statement(*statement).bound(driver) for statement in statements]))
+                else:
+                    driver.next_result()
+                return int(driver.affected_rows()), int(driver.insert_id())
+        except DatabaseError:
+            self._failed(wrapper)
+            raise
+
+    def _then(self, index: int, driver: Any, *statement: tuple[str, Mapping[str, Any]]) -> tuple[int, int] | None:
+        """The second of two statements (none: the second result of a batch), on the first one's connection;
+        None when it failed, having closed that connection."""
+        try:
+            return self._sent(index, driver, *statement)
+        except DatabaseError:
+            return None
 
     @staticmethod
     def _driver(wrapper: Any) -> Any:

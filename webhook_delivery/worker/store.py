@@ -7,9 +7,10 @@ version, so a lost claim writes nothing. All times are the database's clock. The
 read.
 
 Without a session pool it uses the calling thread's own connection (the worker's main thread, the
-tests); with one (the delivery threads) it borrows a pooled connection for each statement. Phorge's named
-per-hook locks live on the process's lock session (sessions.LockSession), and a claim only succeeds while
-the hook's lock is still held by that session.
+tests); with one (the delivery threads) it borrows a pooled connection for each statement. How it sends
+its writes is decided once, when it is built (writes.writes_for). Phorge's named per-hook locks live on
+the process's lock session (sessions.LockSession), and a claim only succeeds while the hook's lock is
+still held by that session.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from ..config import PHORGE_ALIAS
-from ..phorge.columns import Columns, Record, positional
+from ..phorge.columns import Columns, Record
 from ..phorge.herald import (
     HOOK_SELECT,
     HOOKS,
@@ -33,12 +34,12 @@ from ..phorge.herald import (
     RequestRow,
     text,
 )
-from .sessions import SessionPool, close_quietly
+from .sessions import SessionPool, Statement, close_quietly
+from .writes import Twice, Writes, writes_for
 
 INLINE_PROPERTIES = 256 * 1024  # bytes: larger properties are read one row at a time
 # What a result write sets besides the version: status, lastRequestResult, attempted, properties (or None).
 WrittenOutcome = tuple[str, str, bool, str | None]
-RETURNED = Columns.of("dateModified")  # what SQLite's RETURNING hands back from a guarded UPDATE
 PHIDS = Columns.of("phid")
 REQUEST_HOOKS = Columns.of("webhookPHID")
 EPOCHS = Columns.of("lastRequestEpoch")
@@ -48,7 +49,7 @@ def _execute(cursor: Any, sql: str, params: dict[str, Any] | None) -> None:
     if params is None:
         cursor.execute(sql)
         return
-    cursor.execute(*positional(sql, params))
+    Statement(sql, params).run(cursor)
 
 
 def _numbered(n: int, **values: Any) -> dict[str, Any]:
@@ -63,6 +64,7 @@ class Store:
         self._max_packet: int | None = None
         self.dialect = Dialect(str(connections[alias].vendor))
         self.is_mysql = self.dialect.is_mysql
+        self.writes: Writes = writes_for(self.is_mysql, self._cursor, pool)
         self.now_sql = now = self.dialect.now_sql
         self._clock = Columns.of(now=now)
         # Request reads: REQUEST_SELECT, then properties (or NULL), then the database clock.
@@ -77,13 +79,11 @@ class Store:
         self._fetched = REQUEST_SELECT.plus(properties=inline_properties, now=now)
         self._fetch_sql = f"SELECT {self._fetched.sql} FROM {REQUESTS} WHERE id IN "
         version = self.dialect.greatest("dateModified + 1", now)
-        claim_where = f"WHERE id = %(id)s AND dateModified = %(version)s AND {self.dialect.due_sql()}"
-        if self.is_mysql:
-            self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = LAST_INSERT_ID({version}) {claim_where}"
-            self._locked_claim_sql = f"{self._claim_sql} AND IS_USED_LOCK(%(lock)s) = %(session)s"
-        else:
-            self._claim_sql = f"UPDATE {REQUESTS} SET dateModified = {version} {claim_where} RETURNING dateModified"
-            self._locked_claim_sql = self._claim_sql
+        claim_where = f"id = %(id)s AND dateModified = %(version)s AND {self.dialect.due_sql()}"
+        self._claim_sql = self._versioned([], version, claim_where)
+        # The hook's lock, checked by the claim itself: only MariaDB/MySQL have them on the server.
+        locked = f"{claim_where} AND IS_USED_LOCK(%(lock)s) = %(session)s"
+        self._locked_claim_sql = self._versioned([], version, locked) if self.is_mysql else self._claim_sql
         # A claim taken back before any call: the row as it was, if the claim is still ours.
         self._release_sql = (
             f"UPDATE {REQUESTS} SET dateModified = %(previous)s "
@@ -108,19 +108,23 @@ class Store:
         with self.pool.connection() as connection, connection.cursor() as cursor:
             yield cursor
 
+    def _versioned(self, assignments: list[str], version: str, where: str) -> str:
+        """An UPDATE of the request table that sets `assignments`, then dateModified to `version`, in the form
+        that hands the version set back in the same round trip (writes.Writes.versioned reads it):
+        LAST_INSERT_ID(expr) on MariaDB/MySQL, RETURNING on SQLite."""
+        if self.is_mysql:
+            sets = ", ".join([*assignments, f"dateModified = LAST_INSERT_ID({version})"])
+            return f"UPDATE {REQUESTS} SET {sets} WHERE {where}"
+        sets = ", ".join([*assignments, f"dateModified = {version}"])
+        return f"UPDATE {REQUESTS} SET {sets} WHERE {where} RETURNING dateModified"
+
     def _write_statement(self, attempted: bool, with_properties: bool) -> str:
         now = self.now_sql
-        stamp = f"LAST_INSERT_ID({now})" if self.is_mysql else now
         assignments = ["status = %(status)s", "lastRequestResult = %(result)s"]
         if with_properties:
             assignments.append("properties = %(properties)s")
         assignments.append(f"lastRequestEpoch = {now if attempted else '0'}")
-        assignments.append(f"dateModified = {stamp}")
-        sql = (
-            f"UPDATE {REQUESTS} SET {', '.join(assignments)} "
-            "WHERE id = %(id)s AND status = 'queued' AND dateModified = %(version)s"
-        )
-        return sql if self.is_mysql else f"{sql} RETURNING dateModified"
+        return self._versioned(assignments, now, "id = %(id)s AND status = 'queued' AND dateModified = %(version)s")
 
     def _records(self, columns: Columns, sql: str, params: dict[str, Any] | None = None) -> list[Record]:
         """Every row of `sql`, whose SELECT list is `columns`, by name."""
@@ -296,27 +300,21 @@ class Store:
         With `lock` (name, session id) the claim also requires that session to hold the hook's named lock
         right now.
         """
-        return self._guarded_update(*self._claim(row, lease, retry_backoff, lock))
+        return self.writes.versioned(self._claim(row, lease, retry_backoff, lock))
 
-    def _claim(
-        self, row: RequestRow, lease: int, retry_backoff: int, lock: tuple[str, int] | None
-    ) -> tuple[str, dict[str, Any]]:
+    def _claim(self, row: RequestRow, lease: int, retry_backoff: int, lock: tuple[str, int] | None) -> Statement:
         params: dict[str, Any] = {"id": row.id, "version": row.date_modified, "retry": retry_backoff, "lease": lease}
-        sql = self._claim_sql
-        if lock is not None and self.is_mysql:
-            sql = self._locked_claim_sql
-            params["lock"], params["session"] = lock
-        return sql, params
+        if lock is None or not self.is_mysql:
+            return Statement(self._claim_sql, params)
+        params["lock"], params["session"] = lock
+        return Statement(self._locked_claim_sql, params)
 
     def release_claim(self, row_id: int, version: int, *, previous: int) -> bool:
         """Undo a claim no call was made under: dateModified back to `previous` (the version claimed from) if
         the row is still under our claim `version`. Nothing else was changed, so the row is as it was."""
-        params = {"id": row_id, "version": version, "previous": previous}
-        if self.is_mysql and self.pool is not None:
-            return self.pool.change(self._release_sql, params)[0] == 1
-        with self._cursor() as cursor:
-            _execute(cursor, self._release_sql, params)
-            return bool(cursor.rowcount == 1)
+        return self.writes.matched(
+            Statement(self._release_sql, {"id": row_id, "version": version, "previous": previous})
+        )
 
     def write_outcome(
         self, row_id: int, version: int, *, status: str, result: str, attempted: bool, properties: str | None
@@ -326,15 +324,15 @@ class Store:
         `properties=None` leaves the column byte-for-byte as it is. lastRequestEpoch and dateModified get
         the same clock reading, which is how is_due() recognises a row that is not under a claim.
         """
-        return self._guarded_update(*self._write(row_id, version, status, result, attempted, properties))
+        return self.writes.versioned(self._write(row_id, version, status, result, attempted, properties))
 
     def _write(
         self, row_id: int, version: int, status: str, result: str, attempted: bool, properties: str | None
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> Statement:
         params: dict[str, Any] = {"status": status, "result": result, "id": row_id, "version": version}
         if properties is not None:
             params["properties"] = properties
-        return self._write_sql[(attempted, properties is not None)], params
+        return Statement(self._write_sql[(attempted, properties is not None)], params)
 
     def write_then_claim(
         self,
@@ -345,39 +343,13 @@ class Store:
         lease: int,
         retry_backoff: int,
         lock: tuple[str, int] | None = None,
-    ) -> tuple[int | None, int | None, bool]:
+    ) -> Twice:
         """write_outcome() of the row and version in `written`, then claim() of the job's next row, in one
-        round trip on MariaDB/MySQL: (as write_outcome, as claim, whether the claim's outcome is known).
-        Each is committed on its own, as if made one after the other; when the claim fails after the write
-        is done, whether it took is not known (a later claim of that row finds out)."""
+        round trip on MariaDB/MySQL with a pool: (as write_outcome, as claim, whether the claim's outcome is
+        known). Each is committed on its own, as if made one after the other; when the claim fails after
+        the write is done, whether it took is not known (a later claim of that row finds out)."""
         write = self._write(written[0], written[1], *outcome)
-        claim_statement = self._claim(claim, lease, retry_backoff, lock)
-        if not (self.is_mysql and self.pool is not None):
-            version = self._guarded_update(*write)
-            try:
-                return version, self._guarded_update(*claim_statement), True
-            except DatabaseError:
-                return version, None, False
-        first, second = self.pool.change_twice(write, claim_statement)
-        version = first[1] if first[0] == 1 else None
-        if second is None:
-            return version, None, False
-        return version, second[1] if second[0] == 1 else None, True
-
-    def _guarded_update(self, sql: str, params: dict[str, Any]) -> int | None:
-        """Run a one-row compare-and-set UPDATE; the dateModified it set, or None when no row matched.
-
-        MySQL hands the value back through LAST_INSERT_ID(expr), SQLite through RETURNING: one round trip.
-        """
-        if self.is_mysql and self.pool is not None:
-            matched, written = self.pool.change(sql, params)
-            return written if matched == 1 else None
-        with self._cursor() as cursor:
-            _execute(cursor, sql, params)
-            if self.is_mysql:
-                return int(cursor.lastrowid) if cursor.rowcount == 1 else None
-            row = cursor.fetchone()
-            return None if row is None else int(RETURNED.read(row)["dateModified"])
+        return self.writes.versioned_twice(write, self._claim(claim, lease, retry_backoff, lock))
 
     def failed_attempts(
         self, hook_phid: str, *, since: int, until: int, after: tuple[int, int], limit: int
@@ -416,9 +388,7 @@ class Store:
             "AND lastRequestEpoch = %(epoch)s AND dateModified = %(version)s"
         )
         params = {"id": row.id, "result": row.last_result, "epoch": row.last_epoch, "version": row.date_modified}
-        with self._cursor() as cursor:
-            _execute(cursor, sql, params)
-            return bool(cursor.rowcount == 1)
+        return self.writes.matched(Statement(sql, params))
 
     def waiting_retries(self, hook_phid: str, *, after: int, up_to: int, limit: int) -> list[RequestRow]:
         """A hook's queued requests whose last attempt failed in (after, up_to], oldest failure first, without

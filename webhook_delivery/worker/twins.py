@@ -5,8 +5,9 @@ production ones); only storage is twinned.
 
 MemoryStore keeps store.Store's semantics: the due rule (phorge.herald.is_due), the claim as a
 compare-and-set on the version that also moves it to the database's clock, a result written only under the
-claim that was won, properties above INLINE_PROPERTIES read alone. tests/support/store_contract.py runs
-one contract against both.
+claim that was won, properties above INLINE_PROPERTIES read alone, a failed request requeued only as it was
+read. tests/support/store_contract.py runs one contract against it and against store.Store in each of its
+ways to write (writes.py).
 """
 
 from __future__ import annotations
@@ -211,6 +212,20 @@ class MemoryStore:
         status, result, attempted, properties = outcome
         done = self.write_outcome(*written, status=status, result=result, attempted=attempted, properties=properties)
         return done, self.claim(claim, lease=lease, retry_backoff=retry_backoff, lock=lock), True
+
+    def requeue(self, row: RequestRow) -> bool:
+        with self.lock:
+            stored = self.rows.get(row.id)
+            as_read = (RequestStatus.FAILED, row.last_result, row.last_epoch, row.date_modified)
+            if (
+                stored is None
+                or (stored.status, stored.last_result, stored.last_epoch, stored.date_modified) != as_read
+            ):
+                return False
+            self.rows[row.id] = dataclasses.replace(
+                stored, status=RequestStatus.QUEUED, last_result="none", last_epoch=0, date_modified=stored.date_created
+            )
+            return True
 
     def recent_failures(self, hook_phid: str, *, window: int, limit: int) -> list[int]:
         epochs = [
