@@ -216,6 +216,21 @@ def test_a_job_keeps_the_pipeline_it_started_with(receiver: Receiver) -> None:
     assert max(receiver.state.max_in_flight.values()) == 1
 
 
+def test_with_many_jobs_running_a_row_claimed_with_the_last_write_is_taken_back_when_the_job_ends(
+    receiver: Receiver,
+) -> None:
+    store = CountingStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(3)]
+    w = worker(store, pipelining=INLINE)
+    receiver.state.on_receive = lambda _r: w.scheduler.hold(frozenset({HOOK})) if len(receiver.requests) == 2 else None
+    before = store.rows[ids[2]]
+    result = w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert len(receiver.requests) == 2 and store.carried == ids[:2], "the second write claimed the third row"
+    assert store.rows[ids[2]] == before and w.counters.values.get("claims_released") == 1
+    assert result.settlement.fresh[-1].id == ids[2] and ids[2] not in result.settlement.claimed
+
+
 @pytest.mark.parametrize("unknown", ["taken", "not taken"])
 def test_a_claim_whose_round_trip_failed_after_the_write_is_found_out_by_its_own_claim(
     receiver: Receiver, unknown: str
