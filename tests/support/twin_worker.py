@@ -10,6 +10,7 @@ from typing import Any
 
 from webhook_delivery.config import DeliveryConfig
 from webhook_delivery.worker.loop import Worker
+from webhook_delivery.worker.parts import Pipelining
 from webhook_delivery.worker.twins import MemoryStore, memory_parts
 
 NOW = 1_764_620_000
@@ -25,6 +26,9 @@ def config(**changes: Any) -> DeliveryConfig:
     return dataclasses.replace(base, **changes)
 
 
-def worker(store: MemoryStore, **changes: Any) -> Worker:
+def worker(store: MemoryStore, *, pipelining: Pipelining | None = None, **changes: Any) -> Worker:
     settings = config(**changes)
-    return Worker(settings, memory_parts(settings, store), once=True, poll_interval_ms=10)
+    parts = memory_parts(settings, store)
+    if pipelining is not None:
+        parts.pipelining = pipelining
+    return Worker(settings, parts, once=True, poll_interval_ms=10)

@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 
 from tests.support.receiver import Receiver
-from tests.support.twin_worker import FOREVER, HOOK, NOW, worker
+from tests.support.twin_worker import FOREVER, HOOK, NOW, OTHER, worker
 from tests.support.waiting import wait_for
 from webhook_delivery.phorge.locks import webhook_lock_name
-from webhook_delivery.worker import job as job_module
 from webhook_delivery.worker.job import Job
+from webhook_delivery.worker.parts import Pipelining
 from webhook_delivery.worker.twins import MemoryStore
+
+INLINE = Pipelining(overlapped_up_to=0)  # every job counts as one of many
 
 
 @pytest.fixture
@@ -158,10 +160,12 @@ class CountingStore(MemoryStore):
     def __init__(self, now: int, *, unknown: str = "") -> None:
         super().__init__(now)
         self.together = 0
+        self.carried: list[int] = []  # the rows whose write carried a claim
         self.unknown = unknown
 
     def write_then_claim(self, written: Any, outcome: Any, claim: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
         self.together += 1
+        self.carried.append(written[0])
         done, claimed, known = super().write_then_claim(written, outcome, claim, **kwargs)
         if self.unknown == "taken":
             known = False
@@ -171,10 +175,7 @@ class CountingStore(MemoryStore):
         return done, claimed, known
 
 
-def test_with_many_jobs_running_a_result_and_the_next_claim_share_one_round_trip(
-    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(job_module, "AHEAD_JOBS", 0)  # this job counts as one of many
+def test_with_many_jobs_running_a_result_and_the_next_claim_share_one_round_trip(receiver: Receiver) -> None:
     store = CountingStore(NOW)
     store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
     ids = [store.add_request(HOOK, created=NOW - 10, object_phid=f"PHID-TASK-{i:020d}") for i in range(4)]
@@ -182,7 +183,7 @@ def test_with_many_jobs_running_a_result_and_the_next_claim_share_one_round_trip
     receiver.state.on_receive = lambda received: claimed_at_call.append(
         store.rows[ids[len(claimed_at_call)]].date_modified != NOW - 10
     )
-    w = worker(store)
+    w = worker(store, pipelining=INLINE)
     w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
     assert [r.object_phid for r in receiver.requests] == [f"PHID-TASK-{i:020d}" for i in range(4)]
     assert [store.rows[i].status for i in ids] == ["sent"] * 4 and claimed_at_call == [True] * 4
@@ -190,36 +191,54 @@ def test_with_many_jobs_running_a_result_and_the_next_claim_share_one_round_trip
     assert max(receiver.state.max_in_flight.values()) == 1
 
 
-def test_a_job_keeps_the_pipeline_it_started_with(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Many jobs starting while a job runs change nothing of how that job claims and writes: its rows claimed
-    ahead while few ran are delivered in turn, each once, none of its writes carrying a claim."""
+def test_a_job_keeps_the_pipeline_it_started_with(receiver: Receiver) -> None:
+    """The strategy follows the jobs running when a job starts, and stays the job's to its end: a job started
+    alone goes on Overlapped (its rows claimed ahead delivered in turn, each once, none of its writes
+    carrying a claim) while a second job, started during its call, goes Inline."""
     store = CountingStore(NOW)
     store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    store.add_hook(OTHER, uri=receiver.url("/other/ok"))
     ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(4)]
+    others = [store.add_request(OTHER, created=NOW - 10) for _ in range(2)]
+    w = worker(store, pipelining=Pipelining(overlapped_up_to=1))
+    second: list[Any] = []
 
-    def during_call(_received: Any) -> None:
-        if len(receiver.requests) == 2:  # the third row is claimed ahead during this call; then many jobs run
+    def during_call(received: Any) -> None:
+        if received.path == "/ok/ok" and sum(r.path == "/ok/ok" for r in receiver.requests) == 2:
             wait_for(lambda: store.claims == 3, 2, "the third row's claim while the second call runs", every=0.005)
-            monkeypatch.setattr(job_module, "AHEAD_JOBS", 0)
+            second.append(w.runner.run(Job(OTHER, store.hooks()[OTHER], [store.rows[i] for i in others])))
 
     receiver.state.on_receive = during_call
-    w = worker(store)
     w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
-    assert [store.rows[i].status for i in ids] == ["sent"] * 4 and len(receiver.requests) == 4
-    assert store.claims == 4 and store.together == 0 and store.writes == 4
-    w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[store.add_request(HOOK, created=NOW - 9)]]))
-    assert store.together == 0, "a job of one row has nothing to claim with its write"
+    assert [store.rows[i].status for i in ids + others] == ["sent"] * 6 and len(receiver.requests) == 6
+    assert second[0].answered is True and store.carried == [others[0]], "only the second job's writes carry claims"
+    assert store.claims == 6 + w.counters.values.get("claims_released", 0) and store.writes == 6
+    assert max(receiver.state.max_in_flight.values()) == 1
+
+
+def test_with_many_jobs_running_a_row_claimed_with_the_last_write_is_taken_back_when_the_job_ends(
+    receiver: Receiver,
+) -> None:
+    store = CountingStore(NOW)
+    store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
+    ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(3)]
+    w = worker(store, pipelining=INLINE)
+    receiver.state.on_receive = lambda _r: w.scheduler.hold(frozenset({HOOK})) if len(receiver.requests) == 2 else None
+    before = store.rows[ids[2]]
+    result = w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
+    assert len(receiver.requests) == 2 and store.carried == ids[:2], "the second write claimed the third row"
+    assert store.rows[ids[2]] == before and w.counters.values.get("claims_released") == 1
+    assert result.settlement.fresh[-1].id == ids[2] and ids[2] not in result.settlement.claimed
 
 
 @pytest.mark.parametrize("unknown", ["taken", "not taken"])
 def test_a_claim_whose_round_trip_failed_after_the_write_is_found_out_by_its_own_claim(
-    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, unknown: str
+    receiver: Receiver, unknown: str
 ) -> None:
-    monkeypatch.setattr(job_module, "AHEAD_JOBS", 0)
     store = CountingStore(NOW, unknown=unknown)
     store.add_hook(HOOK, uri=receiver.url("/ok/ok"))
     ids = [store.add_request(HOOK, created=NOW - 10) for _ in range(3)]
-    w = worker(store)
+    w = worker(store, pipelining=INLINE)
     result = w.runner.run(Job(HOOK, store.hooks()[HOOK], [store.rows[i] for i in ids]))
     sent = [i for i in ids if store.rows[i].status == "sent"]
     if unknown == "taken":  # its own claim is lost: it waits out the claim made, as after a crash

@@ -7,9 +7,10 @@ costs one timeout per turn, never a batch of them. Every statement goes through 
 pool; the lock lives on the process's lock session.
 
 Each row takes one way through the row loop: the next row under a claim (or a lost claim), the decision
-for it (the call's outcome, or the poison rule's), its result's write. How claims and writes overlap the
-calls is the job's pipeline (pipeline.py), chosen when the job starts: on helper threads while few jobs run,
-on the job's own thread, a write carrying the next claim, while many do.
+for it (the call's outcome, or the poison rule's), its result's write, given back as a value (`Written`)
+and settled. How claims and writes overlap the calls is the job's pipeline (pipeline.py), chosen when the
+job starts as the worker's `Pipelining` says: on helper threads while few jobs run, on the job's own
+thread, a write carrying the next claim, while many do.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from .attempts import AttemptLog, AttemptRecord
 from .dispatcher import Dispatcher, SilentModeUnknown, UnsendableRequest
 from .memory import release_free_memory
 from .metrics import Counters, Event
-from .parts import HookLocks, QueueStore
+from .parts import HookLocks, Pipelining, QueueStore
 from .php_watch import PhpWatch
-from .pipeline import AHEAD_JOBS, Claimed, Finish, Inline, JobSteps, Lost, Overlapped, Pipeline
-from .results import UNREADABLE, Results
+from .pipeline import Claimed, Inline, Lost, Overlapped, Pipeline
+from .results import UNREADABLE, Finish, NextClaim, Results, Written
 from .sessions import LockLost
 from .source import Settlement
 
@@ -93,6 +94,7 @@ class JobRunner:
         dispatcher: Dispatcher,
         counters: Counters,
         stopping: threading.Event,
+        pipelining: Pipelining,
         php: PhpWatch | None = None,
         attempts: AttemptLog | None = None,
         held: Callable[[], frozenset[str]] = frozenset,
@@ -110,6 +112,7 @@ class JobRunner:
         self.php = php
         self.attempts = attempts
         self.results = Results(store, config, counters)
+        self.pipelining = pipelining
         self._large = threading.BoundedSemaphore(LARGE_AT_ONCE)
         # At most one write and one claim ahead in flight per job: two helper threads per job that can run.
         self._writer = ThreadPoolExecutor(max_workers=2 * max(1, writers), thread_name_prefix="write")
@@ -230,8 +233,8 @@ class JobRunner:
             self.counters.record("left_to_php", len(deferred))
 
     def _deliver_rows(self, job: Job, result: JobResult, name: str, token: int) -> None:
-        """The row loop: the next row under a claim, the decision for it, its result's write; one way to
-        finish a row, whichever strategy the pipeline follows."""
+        """The row loop: the next row under a claim, the decision for it, its result's write, what the written
+        result means; one way to finish a row, whichever strategy the pipeline follows."""
         pending = deque(self._reread(job.rows, result.settlement))
         pipeline = self._pipeline(job, result, name, token)
         lost_once: set[int] = set()
@@ -239,9 +242,11 @@ class JobRunner:
             while not self.stopping.is_set():
                 if job.hook_phid in self.held():
                     return  # held since the job began: no new call (hold_webhooks waits for this)
-                step = pipeline.next(pending)
-                if step is None:
+                step = pipeline.ahead(pending)
+                if step is None and not pending:
                     return
+                if step is None:
+                    step = self._claim_now(job, pending.popleft(), result, name, token)
                 if isinstance(step, Lost):  # our snapshots are likely stale, or the lock is gone
                     self.counters.record("claims_lost")
                     if token != UNLOCKED and not self.locks.holds(name, token):
@@ -257,7 +262,7 @@ class JobRunner:
                 done = step.done
                 try:
                     finish = self._decide(job, step, result, functools.partial(pipeline.before_call, pending))
-                    pipeline.finish(step, finish, pending)
+                    self._settle(pipeline.finish(step, finish, pending), result)
                     failed = finish.outcome.result == RequestResult.FAIL
                 finally:
                     step = finish = None  # type: ignore[assignment]  # a large row's text goes before its slot
@@ -265,51 +270,32 @@ class JobRunner:
                 if failed:
                     return  # hand the hook back: its other rows wait for a later turn
         finally:
-            pipeline.close()
+            self._settle(pipeline.close(), result)
 
     def _pipeline(self, job: Job, result: JobResult, name: str, token: int) -> Pipeline:
-        """Overlapped while few jobs run, Inline beyond: chosen for the whole job."""
-        locked = token != UNLOCKED
+        """The job's strategy for the whole job, as `pipelining` says for the jobs running now."""
+        with self._count:
+            overlapped = self.pipelining.overlapped(self._running)
+        beside = functools.partial(self._beside, job, name, token)
+        if overlapped:
+            return Overlapped(self.results, result.settlement, beside, executor=self._writer)
+        return Inline(self.results, result.settlement, beside)
 
-        def claim_lock(row: RequestRow) -> tuple[bool, tuple[str, int] | None]:
-            """Whether the row may be claimed beside the job's own steps, and the lock that claim checks."""
-            held, lock = self.locks.for_claim(name, token) if locked else (True, None)
-            if not held or self.stopping.is_set():
-                return False, None
-            try:
-                self._may_claim(job)
-            except _Stop:
-                return False, None
-            return True, lock
-
-        def claim_now(row: RequestRow) -> Claimed | Lost:
-            return self._claim_now(job, row, result, name, token)
-
-        def settle(row: RequestRow, outcome: Outcome, written: int | None) -> None:
-            self._settle(row, outcome, written, result)
-
-        def released() -> None:
-            self.counters.record("claims_released")
-
-        steps = JobSteps(
-            store=self.store,
-            claim_now=claim_now,
-            claim_lock=claim_lock,
-            write=self.results.write,
-            settle=settle,
-            released=released,
-            settlement=result.settlement,
-        )
-        if self._running <= AHEAD_JOBS:
-            return Overlapped(steps, executor=self._writer, store_claim=self._store_claim)
-        return Inline(steps, config=self.config, retry_wait=self.retry_wait)
+    def _beside(self, job: Job, name: str, token: int, row: RequestRow) -> NextClaim | None:
+        """Whether the row may be claimed beside the job's own steps now, and how: the lock that claim
+        checks, the backoff the row waits."""
+        held, lock = self.locks.for_claim(name, token) if token != UNLOCKED else (True, None)
+        if not held or self.stopping.is_set():
+            return None
+        try:
+            self._may_claim(job)
+        except _Stop:
+            return None
+        return NextClaim(row, self.retry_wait(row), lock)
 
     def retry_wait(self, row: RequestRow) -> int:
         """The backoff the row waits: none when an operator's Retry now covers its failed attempt."""
         return retry_wait(row, self.config.retry_backoff_sec, self.retrying(row.webhook_phid))
-
-    def _store_claim(self, row: RequestRow, lock: tuple[str, int] | None) -> int | None:
-        return self.store.claim(row, lease=self.config.claim_lease_sec, retry_backoff=self.retry_wait(row), lock=lock)
 
     def _claim_now(self, job: Job, row: RequestRow, result: JobResult, name: str, token: int) -> Claimed | Lost:
         """The row's claim on the job's thread, the hook's lock checked with it. Queued rows always have
@@ -334,7 +320,9 @@ class JobRunner:
                 row = dataclasses.replace(row, properties=text)
             self._may_claim(job)
             properties, problem = (None, problem) if problem else readable_properties(row.properties)
-            version = self._store_claim(row, lock)
+            version = self.store.claim(
+                row, lease=self.config.claim_lease_sec, retry_backoff=self.retry_wait(row), lock=lock
+            )
         except BaseException:
             done()
             raise
@@ -386,19 +374,21 @@ class JobRunner:
         self._log_attempt(row, outcome, began, time.monotonic() - claimed.at)
         return Finish(outcome, encode_compact(with_error(properties, outcome)))  # readable_properties() tried it
 
-    def _settle(self, row: RequestRow, outcome: Outcome, written: int | None, result: JobResult) -> None:
-        """What a written (or given up) result means for the job, the window and the log."""
-        self.results.record(row, outcome, written)
-        if outcome.result == RequestResult.OKAY:
-            result.answered = True
-        elif outcome.result == RequestResult.FAIL:
-            result.answered = False
-        if written is None:
-            result.settlement.claimed.append(row.id)
-        elif outcome.retried:
-            result.settlement.retried.append((row.id, written))
-        else:
-            result.settlement.done.append(row.id)
+    def _settle(self, settled: list[Written], result: JobResult) -> None:
+        """What written (or given up) results mean for the job, the window and the log."""
+        for written in settled:
+            self.results.record(written)
+            outcome = written.outcome
+            if outcome.result == RequestResult.OKAY:
+                result.answered = True
+            elif outcome.result == RequestResult.FAIL:
+                result.answered = False
+            if written.version is None:
+                result.settlement.claimed.append(written.row.id)
+            elif outcome.retried:
+                result.settlement.retried.append((written.row.id, written.version))
+            else:
+                result.settlement.done.append(written.row.id)
 
     def _log_attempt(self, row: RequestRow, outcome: Outcome, began: float, seconds: float) -> None:
         if self.attempts is not None:

@@ -95,6 +95,7 @@ class Worker:
             held=lambda: self.scheduler.held,
             retrying=lambda hook_phid: self.retrying.get(hook_phid, 0),
             writers=self.max_concurrent,
+            pipelining=parts.pipelining,
         )
         self.hooks: dict[str, Hook] = {}
         self._hooks_loaded = 0.0

@@ -81,6 +81,18 @@ class HookLocks(Protocol):
     def check(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Pipelining:
+    """How a job's claims and writes overlap its calls (pipeline.py), chosen once when the job starts from
+    the jobs running then, itself counted: `Overlapped` while at most `overlapped_up_to` run, `Inline`
+    beyond, where the process is bound by its CPU and the other hooks' calls fill the waits."""
+
+    overlapped_up_to: int = 2
+
+    def overlapped(self, running: int) -> bool:
+        return running <= self.overlapped_up_to
+
+
 class Settings(Protocol):
     """Phorge's switches in force (phorge.config.PhorgeSettings)."""
 
@@ -139,6 +151,7 @@ class Parts:
     closing: ExitStack = field(default_factory=ExitStack)
     actions: Actions | None = None  # the dashboard's holds, releases and requeues; None: not carried out here
     retries: Retries | None = None  # Retry now orders; None: none are read (each backoff is waited out)
+    pipelining: Pipelining = Pipelining()
 
 
 def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher: Dispatcher | None = None) -> Parts:
@@ -193,4 +206,5 @@ def build_parts(config: DeliveryConfig, *, alias: str = PHORGE_ALIAS, dispatcher
             config=config,
         ),
         retries=RetryOrders(),
+        pipelining=Pipelining(),
     )

@@ -1,16 +1,18 @@
-"""How a job gets its rows claimed and its results written: one of two strategies, chosen when the job starts.
+"""How a job's claims and writes overlap its calls: one of two strategies, chosen when the job starts
+(parts.Pipelining, given where the worker is put together).
 
-Both give the job's row loop (job.py) the same three steps: `next` (the next row, under a claim of ours),
-`finish` (start writing a claimed row's result: every row ends there, a poisoned one too) and `close`
-(wait for the writes in flight and take back a claim no call was made under). Both keep the promises the
+Both give the job's row loop (job.py) the same four steps: `ahead` (the row claimed beside the job's steps,
+if any), `before_call`, `finish` (write a claimed row's result: every row ends there, a poisoned one too)
+and `close` (take back a claim no call was made under, and wait for the write in flight). `finish` and
+`close` give back the results they settled, as `Written` values, in order. Both keep the promises the
 hook's lock and the claims make: one call at a time for the hook, at most one write in flight for the job,
 each settled before the next starts and all before the lock goes, a result written only under its claim.
 
 * `Overlapped`, while few jobs run: the write goes to a helper thread while the job claims and sends its
   next row, and once the hook has answered in this job, its next row is claimed on a helper thread while
   the current call runs. A claim changes nothing but dateModified, so one no call was made under is taken
-  back exactly (`release`), and one that cannot be taken back waits out its lease as after a crash; the
-  next call's deadline counts from its claim, so a claim older than AHEAD_MAX_AGE_SEC is taken back and
+  back exactly (`release_claim`), and one that cannot be taken back waits out its lease as after a crash;
+  the next call's deadline counts from its claim, so a claim older than AHEAD_MAX_AGE_SEC is taken back and
   made again.
 * `Inline`, while many jobs run (the process is then bound by its CPU, and the other hooks' calls fill
   the waits): the write stays on the job's thread and carries the claim of the job's next row in the same
@@ -32,15 +34,12 @@ from typing import Any, Protocol
 
 from django.db import DatabaseError
 
-from ..config import DeliveryConfig
-from ..phorge.herald import RequestRow
-from ..phorge.outcomes import Outcome, readable_properties
-from .parts import QueueStore
+from ..phorge.herald import RequestResult, RequestRow
+from ..phorge.outcomes import readable_properties
+from .results import ClaimMade, Finish, NextClaim, Results, Written
 from .source import Settlement
-from .store import WrittenOutcome
 
 AHEAD_MAX_AGE_SEC = 0.25  # what a call's timeout may lose to the wait for the call before it
-AHEAD_JOBS = 2  # the Overlapped strategy while at most this many jobs run: beyond, the CPU is the limit
 
 
 @dataclass
@@ -64,238 +63,169 @@ class Lost:
     row: RequestRow
 
 
-@dataclass(frozen=True)
-class Finish:
-    """The decision for a claimed row: the outcome, and the properties text written with it (None: the
-    row's properties are left as stored)."""
-
-    outcome: Outcome
-    properties: str | None
-
-    def written(self) -> WrittenOutcome:
-        return (self.outcome.status, self.outcome.result, self.outcome.attempted, self.properties)
+Beside = Callable[[RequestRow], NextClaim | None]  # whether the row may be claimed beside the job's steps now, and how
 
 
-ClaimNow = Callable[[RequestRow], Claimed | Lost]  # the job's own claim of a row, on its thread
-Write = Callable[..., int | None]  # Results.write(row, version, claimed_at, outcome, first=...)
-Settle = Callable[[RequestRow, Outcome, int | None], None]  # what a written (or given up) result means
+def claim_of(row: RequestRow, made: ClaimMade) -> Claimed | Lost:
+    """A claim made beside the job's steps, as the row loop takes it."""
+    if made.version is None:
+        return Lost(row)
+    return Claimed(row, made.version, made.at, *readable_properties(row.properties))
 
 
 class Pipeline(Protocol):
-    def next(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
-        """The next row under a claim (taken off `pending`), Lost, or None when the job has no more."""
+    def ahead(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
+        """The row claimed beside the job's steps (Lost: that claim lost), or None: the job claims its next
+        row itself."""
 
     def before_call(self, pending: deque[RequestRow]) -> None:
         """Just before a claimed row's call."""
 
-    def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> None:
-        """Start writing the row's result; the job goes on to `pending` unless the outcome failed."""
+    def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> list[Written]:
+        """Write the row's result (or start to); the results settled now, in order."""
 
-    def close(self) -> None:
-        """Every claim no call was made under taken back (or left to its lease), every write settled."""
-
-
-class _Writes:
-    """A job's result writes: at most one in flight, settled in order."""
-
-    def __init__(self, executor: ThreadPoolExecutor, settle: Settle) -> None:
-        self._executor = executor
-        self._settle = settle
-        self._pending: tuple[RequestRow, Outcome, Future[int | None]] | None = None
-
-    def start(self, row: RequestRow, outcome: Outcome, write: Callable[[], int | None], *, here: bool) -> None:
-        self.settle()  # the one before: a job never has two writes in flight
-        if here:
-            self._settle(row, outcome, write())
-            return
-        self._pending = (row, outcome, self._executor.submit(write))
-
-    def settle(self) -> None:
-        if self._pending is None:
-            return
-        row, outcome, future = self._pending
-        self._pending = None
-        self._settle(row, outcome, future.result())
+    def close(self) -> list[Written]:
+        """Every claim no call was made under taken back (or left to its lease); the last results settled."""
 
 
-class _Ahead:
-    """A claim of the job's next row made off the job's thread (Overlapped) or in the round trip of the write
-    before (Inline): its future gives the version won (None: lost) and when."""
+class _Strategy:
+    """What both strategies share: the result's write, and a claim made beside the job's steps taken back."""
 
-    def __init__(self, row: RequestRow, future: Future[tuple[int | None, float]]) -> None:
-        self.row = row
-        self.future = future
+    def __init__(self, results: Results, settlement: Settlement, beside: Beside) -> None:
+        self._results = results
+        self._settlement = settlement
+        self._beside = beside
 
-    @classmethod
-    def made(cls, row: RequestRow, version: int | None, at: float) -> _Ahead:
-        done: Future[tuple[int | None, float]] = Future()
-        done.set_result((version, at))
-        return cls(row, done)
+    def _beside_front(self, pending: deque[RequestRow]) -> NextClaim | None:
+        """How the front row of `pending` is claimed beside the job's steps now; None: it is not. A row
+        without its properties (a large one) is claimed by the job itself, when it reads them."""
+        if not pending or pending[0].properties is None:
+            return None
+        return self._beside(pending[0])
 
-    def claimed(self) -> Claimed | Lost:
-        version, at = self.future.result()  # a database error is the job's, as for a claim on its thread
-        if version is None:
-            return Lost(self.row)
-        return Claimed(self.row, version, at, *readable_properties(self.row.properties))
-
-    def release(self, store: QueueStore, settlement: Settlement | None) -> bool:
-        """Take the claim back (won, and no call made under it): True when the row is as it was. With
-        `settlement`, the window learns what became of the row: as it was, or under a claim until the lease
-        ends when it could not be taken back."""
+    def _take_back(self, row: RequestRow, version: int) -> bool:
+        """A claim no call was made under, taken back (counted): True when the row is as it was."""
         try:
-            version, _ = self.future.result()
-        except DatabaseError:
-            return False  # not known whether it was won: a later claim finds out
-        if version is None:
-            return False
-        try:
-            released = store.release_claim(self.row.id, version, previous=self.row.date_modified)
+            released = self._results.store.release_claim(row.id, version, previous=row.date_modified)
         except DatabaseError:
             released = False
-        if settlement is not None:
-            if released:
-                settlement.fresh.append(dataclasses.replace(self.row, properties=None))
-            else:
-                settlement.claimed.append(self.row.id)
+        if released:
+            self._results.counters.record("claims_released")
         return released
+
+    def _take_back_at_close(self, row: RequestRow, version: int) -> None:
+        """At the job's end: the window learns the row is as it was, or under a claim until its lease ends."""
+        if self._take_back(row, version):
+            self._settlement.fresh.append(dataclasses.replace(row, properties=None))
+        else:
+            self._settlement.claimed.append(row.id)
 
 
 @dataclass(frozen=True)
-class JobSteps:
-    """What both strategies are given by the job: its store, its own claim of a row, whether a row may be
-    claimed beside its steps (and the lock that claim checks), the result's write, what a written result
-    means, the count of claims taken back, and what the window learns of its rows."""
+class _Ahead:
+    """The claim of the job's next row, made on a helper thread while the job's call runs."""
 
-    store: QueueStore
-    claim_now: ClaimNow
-    claim_lock: Callable[[RequestRow], tuple[bool, tuple[str, int] | None]]
-    write: Write
-    settle: Settle
-    released: Callable[[], None]
-    settlement: Settlement
+    row: RequestRow
+    made: Future[ClaimMade]
 
-    def take_back(self, ahead: _Ahead | None, *, tell_window: bool) -> bool:
-        """A claim made ahead taken back (counted), True when the row is as it was."""
-        if ahead is None:
-            return False
-        released = ahead.release(self.store, self.settlement if tell_window else None)
-        if released:
-            self.released()
-        return released
+    def version(self) -> int | None:
+        """The version won; None when lost, or not known (a database error: a later claim finds out)."""
+        try:
+            return self.made.result().version
+        except DatabaseError:
+            return None
 
 
-class Overlapped:
+class Overlapped(_Strategy):
     """Few jobs running: writes and the next claim on helper threads, beside the job's call."""
 
     def __init__(
-        self,
-        steps: JobSteps,
-        *,
-        executor: ThreadPoolExecutor,
-        store_claim: Callable[[RequestRow, tuple[str, int] | None], int | None],
+        self, results: Results, settlement: Settlement, beside: Beside, *, executor: ThreadPoolExecutor
     ) -> None:
-        self._steps = steps
+        super().__init__(results, settlement, beside)
         self._executor = executor
-        self._store_claim = store_claim
-        self._writes = _Writes(executor, steps.settle)
+        self._writing: Future[Written] | None = None
         self._ahead: _Ahead | None = None
         self._answered = False
 
-    def next(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
-        while self._ahead is not None:
-            ahead, self._ahead = self._ahead, None
-            claimed = ahead.claimed()
-            if isinstance(claimed, Lost) or time.monotonic() - claimed.at <= AHEAD_MAX_AGE_SEC:
-                return claimed
-            # The call before took long: this one's deadline would be short. Claimed again, below.
-            if self._steps.take_back(ahead, tell_window=False):
-                pending.appendleft(ahead.row)
-            else:
-                self._steps.settlement.claimed.append(ahead.row.id)  # it waits out its claim
-        return self._steps.claim_now(pending.popleft()) if pending else None
+    def ahead(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
+        if self._ahead is None:
+            return None
+        ahead, self._ahead = self._ahead, None
+        made = claim_of(ahead.row, ahead.made.result())  # a database error is the job's, as for its own claim
+        if isinstance(made, Lost) or time.monotonic() - made.at <= AHEAD_MAX_AGE_SEC:
+            return made
+        # The call before took long: this one's deadline would be short. The job claims it again.
+        if self._take_back(made.row, made.version):
+            pending.appendleft(made.row)
+        else:
+            self._settlement.claimed.append(made.row.id)  # it waits out its claim
+        return None
 
     def before_call(self, pending: deque[RequestRow]) -> None:
         """Once the hook has answered, its next row is claimed while this call runs."""
-        if self._answered and pending and pending[0].properties is not None:
-            may, lock = self._steps.claim_lock(pending[0])
-            if may:
-                row = pending.popleft()
-                self._ahead = _Ahead(row, self._executor.submit(self._claim, row, lock))
+        if not self._answered:
+            return
+        then = self._beside_front(pending)
+        if then is not None:
+            pending.popleft()
+            self._ahead = _Ahead(then.row, self._executor.submit(self._claim, then))
 
-    def _claim(self, row: RequestRow, lock: tuple[str, int] | None) -> tuple[int | None, float]:
-        return self._store_claim(row, lock), time.monotonic()
+    def _claim(self, then: NextClaim) -> ClaimMade:
+        lease = self._results.config.claim_lease_sec
+        version = self._results.store.claim(then.row, lease=lease, retry_backoff=then.retry_backoff, lock=then.lock)
+        return ClaimMade(version, time.monotonic())
 
-    def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> None:
-        row, version, at, written = claimed.row, claimed.version, claimed.at, finish.written()
-        write = lambda: self._steps.write(row, version, at, written)  # noqa: E731
-        self._writes.start(row, finish.outcome, write, here=claimed.large)
-        self._answered = self._answered or finish.outcome.result == "okay"
+    def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> list[Written]:
+        settled = self._settle()  # the write before: a job never has two in flight
+        row, version, at = claimed.row, claimed.version, claimed.at
+        if claimed.large:
+            settled.append(self._results.write(row, version, at, finish))  # its text goes before the job goes on
+        else:
+            self._writing = self._executor.submit(self._results.write, row, version, at, finish)
+        self._answered = self._answered or finish.outcome.result == RequestResult.OKAY
+        return settled
 
-    def close(self) -> None:
+    def _settle(self) -> list[Written]:
+        writing, self._writing = self._writing, None
+        return [] if writing is None else [writing.result()]
+
+    def close(self) -> list[Written]:
         ahead, self._ahead = self._ahead, None
         try:
-            self._steps.take_back(ahead, tell_window=True)
+            version = None if ahead is None else ahead.version()
+            if ahead is not None and version is not None:
+                self._take_back_at_close(ahead.row, version)
         finally:
-            self._writes.settle()
+            settled = self._settle()
+        return settled
 
 
-class Inline:
+class Inline(_Strategy):
     """Many jobs running: everything on the job's thread, the next row's claim in the round trip of the
     result's write."""
 
-    def __init__(self, steps: JobSteps, *, config: DeliveryConfig, retry_wait: Callable[[RequestRow], int]) -> None:
-        self._steps = steps
-        self._config = config
-        self._retry_wait = retry_wait  # the backoff a row waits (none under an operator's Retry now)
-        self._ahead: _Ahead | None = None
+    def __init__(self, results: Results, settlement: Settlement, beside: Beside) -> None:
+        super().__init__(results, settlement, beside)
+        self._next: Claimed | Lost | None = None  # claimed with the last write
 
-    def next(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
-        if self._ahead is not None:
-            ahead, self._ahead = self._ahead, None
-            return ahead.claimed()
-        return self._steps.claim_now(pending.popleft()) if pending else None
+    def ahead(self, pending: deque[RequestRow]) -> Claimed | Lost | None:
+        made, self._next = self._next, None
+        return made
 
     def before_call(self, pending: deque[RequestRow]) -> None:
         pass
 
-    def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> None:
-        steps = self._steps
-        row, version, at, written = claimed.row, claimed.version, claimed.at, finish.written()
-        following = self._following(finish.outcome, pending)
-        if following is None:
-            steps.settle(row, finish.outcome, steps.write(row, version, at, written))
-            return
-        next_row, lock = following
-        made: list[tuple[int | None, float]] = []
+    def finish(self, claimed: Claimed, finish: Finish, pending: deque[RequestRow]) -> list[Written]:
+        then = None if finish.outcome.result == RequestResult.FAIL else self._beside_front(pending)
+        written = self._results.write(claimed.row, claimed.version, claimed.at, finish, then)
+        if then is not None and written.next_claim is not None:
+            pending.popleft()  # its claim's fate is known; otherwise its own claim finds out
+            self._next = claim_of(then.row, written.next_claim)
+        return [written]
 
-        def write_then_claim(written_row: RequestRow, written_version: int, outcome: WrittenOutcome) -> int | None:
-            result, won, known = steps.store.write_then_claim(
-                (written_row.id, written_version),
-                outcome,
-                next_row,
-                lease=self._config.claim_lease_sec,
-                retry_backoff=self._retry_wait(next_row),
-                lock=lock,
-            )
-            if known:
-                made.append((won, time.monotonic()))
-            return result
-
-        steps.settle(row, finish.outcome, steps.write(row, version, at, written, first=write_then_claim))
-        if made:
-            self._ahead = _Ahead.made(next_row, *made[0])
-        else:
-            pending.appendleft(next_row)  # the claim's fate is not known: its own claim finds out
-
-    def _following(
-        self, outcome: Outcome, pending: deque[RequestRow]
-    ) -> tuple[RequestRow, tuple[str, int] | None] | None:
-        """The row whose claim goes with this write, taken off `pending`, and the lock it checks."""
-        if outcome.result == "fail" or not pending or pending[0].properties is None:
-            return None
-        may, lock = self._steps.claim_lock(pending[0])
-        return (pending.popleft(), lock) if may else None
-
-    def close(self) -> None:
-        ahead, self._ahead = self._ahead, None  # made with the last write, and the job ended before its call
-        self._steps.take_back(ahead, tell_window=True)
+    def close(self) -> list[Written]:
+        made, self._next = self._next, None  # made with the last write, and the job ended before its call
+        if isinstance(made, Claimed):
+            self._take_back_at_close(made.row, made.version)
+        return []
