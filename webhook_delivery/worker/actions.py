@@ -147,7 +147,12 @@ class OperatorActions:
             released = holds.release(action.hook_phid)
             if released is None:
                 return actions.DONE, f"not held{name}: nothing was changed", None
-            return actions.DONE, f"released{name}: its queued requests go out within seconds", None
+            return (
+                actions.DONE,
+                f"released{name}: its due requests go out within seconds; those that failed wait out their "
+                "retry backoff (Retry now sends them at once)",
+                None,
+            )
         return actions.NOT_DONE, f"unknown action {printable(action.kind)!r}: nothing was done", None
 
     def _requeue(self, action: OperatorAction) -> tuple[str, str, int | None]:

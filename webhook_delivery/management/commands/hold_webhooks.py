@@ -141,8 +141,8 @@ class Command(BaseCommand):
         self._audit(actions.RELEASE, phid, f"released (held {self._describe(released)})")
         logger.warning("hook hold released", extra={"event": "hold.released", "hook": phid})
         self.stdout.write(
-            f"Released {phid} (held {self._describe(released)}): running workers deliver its queued requests "
-            "within seconds."
+            f"Released {phid} (held {self._describe(released)}): running workers deliver its due requests "
+            "within seconds; those that failed wait out their retry backoff (requeue_webhooks --queued: at once)."
         )
 
     @staticmethod
