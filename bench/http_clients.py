@@ -57,6 +57,7 @@ def _clients(base: str, port: int, directory: Path) -> dict[str, Callable[[], No
     from webhook_delivery.phorge.cabundle import CaBundle
     from webhook_delivery.phorge.netguard import system_resolver
     from webhook_delivery.worker import transport
+    from webhook_delivery.worker.curl import Handles
 
     system = CaBundle(None, "variable", "GORGE_WEBHOOK_CA_BUNDLE=system")  # plain http: no bundle is read
 
@@ -74,11 +75,21 @@ def _clients(base: str, port: int, directory: Path) -> dict[str, Callable[[], No
         answer = pools.exchange(key, ("127.0.0.1",), head + BODY, transport.Deadline.after(15), 0)
         assert answer.status == 200
 
+    handles = Handles()  # the process's for this run, as a worker's dispatcher owns them
+
     def with_curl() -> None:
         deadline = transport.Deadline.after(15)
         hop = transport.check_uri(url, (), system_resolver, deadline)
         http = transport.post(
-            url, BODY, SIGNATURE, owner="PHID-HOOK-bench", first_hop=hop, blacklist=(), deadline=deadline, ca=system
+            url,
+            BODY,
+            SIGNATURE,
+            handles=handles,
+            owner="PHID-HOOK-bench",
+            first_hop=hop,
+            blacklist=(),
+            deadline=deadline,
+            ca=system,
         )
         assert http.error_code == 200
 

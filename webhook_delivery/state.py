@@ -5,10 +5,11 @@ the PHP-guard state (Phorge's own worker still delivering?) and a PHP task seen 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, Required, TypedDict, cast, get_args
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Required, TypedDict, cast, get_args
 
 PhpState = Literal["idle", "active", "recent", "unknown"]
+Stopped = Literal["clean", "error"]
 
 
 class PhpDeliveryState(TypedDict, total=False):
@@ -117,24 +118,105 @@ class TaskWhileDelegated:
         return cls(request, created, seen)
 
 
-class WorkerState(TypedDict):
-    """worker.Worker.snapshot(): the heartbeat's `state` column. Read back tolerantly: an older worker may
-    have written fewer keys."""
+def _int(value: Any) -> int:
+    return _count(value) or 0
 
-    version: int
-    max_concurrent: int
-    in_flight: int
-    lanes: dict[str, int]
-    tracked_queued: int
-    counts: dict[str, int]
-    database_down_for_sec: float | None
-    hooks_in_backoff: dict[str, int]
-    hooks_misconfigured: list[str]
-    hooks_held: list[str]  # held by an operator (manage.py hold_webhooks): their requests stay queued
-    hooks_lock_busy: list[str]
-    stopping: bool
-    php_worker: PhpDeliveryState
-    delivery_paused: str | None  # why the worker delivers nothing (Phorge's silent mode unknown)
-    php_task_while_delegated: TaskWhileDelegatedState | None  # the last one this process saw
-    phorge_now: int  # Phorge's database clock at this beat, as the worker estimates it
-    stopped: NotRequired[str]  # the last beat: "clean" (SIGTERM, or the end of --once) or "error"
+
+def _count_map(value: Any) -> dict[str, int]:
+    """A {name: count} map; an older beat's list of names counts each as 0."""
+    if isinstance(value, list):
+        return dict.fromkeys(_names(value), 0)
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(key): count for key, raw in value.items() if (count := _count(raw)) is not None}
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(name for name in value if isinstance(name, str)) if isinstance(value, (list, tuple, dict)) else ()
+
+
+STATE_VERSION = 1  # the `version` key of the JSON: its shape, not the release that wrote it
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """A worker's state at one beat: what worker.loop.Worker.snapshot() takes, the heartbeat row's `state` column
+    holds (`as_json`) and the pages, the health JSON and the alerts read back (`from_json`). Read back
+    tolerantly: a worker of an older release wrote fewer keys, and a value not of its type reads as unsaid."""
+
+    max_concurrent: int = 0
+    in_flight: int = 0
+    lanes: Mapping[str, int] = field(default_factory=dict)  # deliveries in flight by lane
+    tracked_queued: int = 0
+    counts: Mapping[str, int] = field(default_factory=dict)  # the process's cumulative counters
+    database_down_for_sec: float | None = None
+    hooks_in_backoff: Mapping[str, int] = field(default_factory=dict)  # hook PHID: until, on Phorge's clock
+    hooks_misconfigured: tuple[str, ...] = ()
+    hooks_held: tuple[str, ...] = ()  # held by an operator (manage.py hold_webhooks): their requests stay queued
+    hooks_lock_busy: tuple[str, ...] = ()
+    stopping: bool = False
+    php_worker: PhpDelivery = field(default_factory=lambda: PhpDelivery.unknown(""))
+    delivery_paused: str | None = None  # why the worker delivers nothing (Phorge's silent mode unknown)
+    php_task_while_delegated: TaskWhileDelegated | None = None  # the last one this process saw
+    phorge_now: int | None = None  # Phorge's database clock at this beat, as the worker estimates it
+    stopped: Stopped | None = None  # the last beat: SIGTERM or the end of --once, or its loop died
+
+    @property
+    def degraded(self) -> dict[str, int]:
+        """The counters of degraded operation, by reason."""
+        return {key.removeprefix("degraded."): n for key, n in self.counts.items() if key.startswith("degraded.")}
+
+    def retired(self, *, clean: bool) -> WorkerState:
+        """This state as the last beat of a process that stopped, cleanly or not."""
+        return replace(self, stopped="clean" if clean else "error")
+
+    def as_json(self) -> dict[str, Any]:
+        """The heartbeat's `state` column; its keys and types are what every release since 0.2.0 reads."""
+        data: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "max_concurrent": self.max_concurrent,
+            "in_flight": self.in_flight,
+            "lanes": dict(self.lanes),
+            "tracked_queued": self.tracked_queued,
+            "counts": dict(self.counts),
+            "database_down_for_sec": self.database_down_for_sec,
+            "hooks_in_backoff": dict(self.hooks_in_backoff),
+            "hooks_misconfigured": list(self.hooks_misconfigured),
+            "hooks_held": list(self.hooks_held),
+            "hooks_lock_busy": list(self.hooks_lock_busy),
+            "stopping": self.stopping,
+            "php_worker": self.php_worker.as_json(),
+            "delivery_paused": self.delivery_paused,
+            "php_task_while_delegated": None if (seen := self.php_task_while_delegated) is None else seen.as_json(),
+            "phorge_now": self.phorge_now,
+        }
+        if self.stopped is not None:
+            data["stopped"] = self.stopped
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> WorkerState:
+        if not isinstance(data, Mapping):
+            data = {}
+        down, paused, stopped = data.get("database_down_for_sec"), data.get("delivery_paused"), data.get("stopped")
+        php = data.get("php_worker")
+        return cls(
+            max_concurrent=_int(data.get("max_concurrent")),
+            in_flight=_int(data.get("in_flight")),
+            lanes=_count_map(data.get("lanes")),
+            tracked_queued=_int(data.get("tracked_queued")),
+            counts=_count_map(data.get("counts")),
+            database_down_for_sec=float(down)
+            if isinstance(down, (int, float)) and not isinstance(down, bool)
+            else None,
+            hooks_in_backoff=_count_map(data.get("hooks_in_backoff")),
+            hooks_misconfigured=_names(data.get("hooks_misconfigured")),
+            hooks_held=_names(data.get("hooks_held")),
+            hooks_lock_busy=_names(data.get("hooks_lock_busy")),
+            stopping=bool(data.get("stopping")),
+            php_worker=PhpDelivery.from_json(php if isinstance(php, Mapping) else {}),
+            delivery_paused=paused if isinstance(paused, str) else None,
+            php_task_while_delegated=TaskWhileDelegated.from_json(data.get("php_task_while_delegated")),
+            phorge_now=_count(data.get("phorge_now")),
+            stopped=cast(Stopped, stopped) if stopped in get_args(Stopped) else None,
+        )

@@ -152,8 +152,8 @@ def test_a_new_request_with_a_php_task_while_delegated_is_said_once_and_shown_wi
         "delegated to this service: Phorge's side of the handover is missing or not in force"
     )
     assert "Apply contrib/phorge/gorge-webhook.patch to Phorge, then restart PHP and phd" in warning.getMessage()
-    seen = worker.snapshot()["php_task_while_delegated"]
-    assert seen is not None and (seen["request"], seen["created"]) == (new, phorge.row(new)["dateCreated"])
+    seen = worker.snapshot().php_task_while_delegated
+    assert seen is not None and (seen.request, seen.created) == (new, phorge.row(new)["dateCreated"])
     assert phorge.row(new)["status"] == "queued"
 
     _configure(monkeypatch, phorge_local_config=str(path))

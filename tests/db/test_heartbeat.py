@@ -16,6 +16,7 @@ from tests.support.helpers import PHORGE_DB, Phorge
 from webhook_delivery.records import heartbeat
 from webhook_delivery.records.heartbeat import Heartbeat, versions_running, workers
 from webhook_delivery.records.models import WorkerHeartbeat
+from webhook_delivery.state import WorkerState
 from webhook_delivery.version import VERSION
 
 pytestmark = PHORGE_DB
@@ -50,7 +51,7 @@ def token(settings: Any) -> None:
 
 
 def test_a_worker_publishes_its_version(phorge: Phorge) -> None:
-    Heartbeat().publish({"max_concurrent": 4, "in_flight": 0, "counts": {}})  # type: ignore[typeddict-item]
+    Heartbeat().publish(WorkerState(max_concurrent=4))
     assert WorkerHeartbeat.objects.get().version == VERSION
     (status,) = workers()
     assert status.version == VERSION and versions_running([status]) == {VERSION: 1}

@@ -22,6 +22,7 @@ from tests.support.ui_helpers import explain, full_scans, logged_attempt, proper
 from webhook_delivery.reads import phorge_status
 from webhook_delivery.records.heartbeat import Heartbeat
 from webhook_delivery.records.models import BreakerEvent, DeliveryAttempt, WorkerHeartbeat
+from webhook_delivery.state import WorkerState
 from webhook_delivery.templatetags.webhook_dashboard import error_label
 from webhook_delivery.web import history
 from webhook_delivery.web.history import Latency, latency
@@ -372,7 +373,7 @@ def test_worker_ids_are_readable_unique_and_fit_the_column(
     long = Heartbeat()
     assert len(long.worker_id) == 200 and long.worker_id.startswith("h" * 100)
 
-    first.publish({"max_concurrent": 4, "in_flight": 0, "counts": {}})
+    first.publish(WorkerState(max_concurrent=4))
     assert WorkerHeartbeat.objects.get().worker_id == first.worker_id
     assert f"<code>{first.worker_id}</code>" in staff.get("/").content.decode()
 

@@ -129,7 +129,7 @@ def test_once_runs_leave_a_held_hook_byte_identical_and_deliver_each_once_after_
         assert not calls(receiver, "/held/")
         assert calls(receiver, "/other/") == Counter(other_objects)
         assert any(line.startswith("left the requests of 1 held hook(s)") for line in worker.summary())
-        assert worker.snapshot()["hooks_held"] == [held]
+        assert worker.snapshot().hooks_held == (held,)
     holds("--release", "--hook", held)
     worker = build_worker(delivery_config, once=True)
     worker.run()

@@ -204,7 +204,7 @@ def test_no_file_no_grant_no_variable_delivers_nothing_and_says_so_everywhere(
         assert len(warnings) == 1
         assert "GORGE_WEBHOOK_SILENT" in warnings[0].getMessage()
         assert (worker.blocked() or "").startswith("nothing delivered: phabricator.silent is unknown")
-        assert worker.snapshot()["delivery_paused"] is not None
+        assert worker.snapshot().delivery_paused is not None
 
         monkeypatch.setattr(settings, "GORGE_WEBHOOK", dataclasses.replace(unset, service_token="t0ken"))
         ready = client.get("/readyz")

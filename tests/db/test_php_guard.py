@@ -71,7 +71,7 @@ def test_worker_logs_the_guard_once_per_change(
     worker.run()
     warnings = with_event(caplog.records, "php.seen_delivering")
     assert len(warnings) == 1
-    assert worker.snapshot()["php_worker"]["state"] == "active"
+    assert worker.snapshot().php_worker.state == "active"
 
 
 def test_a_request_with_a_live_php_task_is_left_to_php_until_the_task_is_gone(

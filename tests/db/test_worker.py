@@ -252,7 +252,7 @@ def test_empty_hmac_key_leaves_requests_queued_and_untouched(phorge: Phorge, del
         assert phorge.row(waiting) == before
         assert phorge.row(delivered)["status"] == "sent"
         assert [r.path for r in receiver.requests] == ["/signed/ok"]
-        assert worker.snapshot()["hooks_misconfigured"] == [unsigned]
+        assert worker.snapshot().hooks_misconfigured == (unsigned,)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import socket
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from webhook_delivery.phorge.cabundle import CaBundle
 from webhook_delivery.phorge.formats import load_config
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
 from webhook_delivery.worker import transport
+from webhook_delivery.worker.curl import Handles
 from webhook_delivery.worker.loop import build_worker
 
 pytestmark = pytest.mark.needs_tool("tinyproxy", "curl", "php")
@@ -61,8 +63,22 @@ def setting(url: str, no_proxy: str = "") -> Proxy:
     return loaded.delivery.proxy
 
 
+@pytest.fixture
+def handles() -> Iterator[Handles]:
+    """The hooks' libcurl handles, as a worker's dispatcher owns them: this test's own, closed after it."""
+    with closing(Handles()) as own:
+        yield own
+
+
 def deliver(
-    url: str, via: Proxy, ca: CaBundle, *, owner: str, blacklist: Any = (), resolver: Any = system_resolver
+    handles: Handles,
+    url: str,
+    via: Proxy,
+    ca: CaBundle,
+    *,
+    owner: str,
+    blacklist: Any = (),
+    resolver: Any = system_resolver,
 ) -> Any:
     deadline = transport.Deadline.after(5.0)
     hop = transport.check_uri(url, blacklist, resolver, deadline)
@@ -70,6 +86,7 @@ def deliver(
         url,
         BODY,
         SIGNATURE,
+        handles=handles,
         owner=owner,
         first_hop=hop,
         blacklist=blacklist,
@@ -94,7 +111,7 @@ def _fields(head: bytes) -> list[bytes]:
 @pytest.mark.parametrize("scheme", ["http", "https"])
 @pytest.mark.parametrize("path", ["/final", "/r301", "/r302", "/r303", "/r307", "/r308", "/away"])
 def test_the_receiver_gets_what_phps_libcurl_sends_through_the_proxy_and_the_row_is_phps(
-    scheme: str, path: str, proxy: ForwardProxy, tls: TlsFiles, trusted: CaBundle
+    handles: Handles, scheme: str, path: str, proxy: ForwardProxy, tls: TlsFiles, trusted: CaBundle
 ) -> None:
     """Plain http as an absolute-URI request to the proxy, https in a CONNECT tunnel (the proxy's "200
     Connection established" block in libcurl's buffer, as PHP's parse sees it); redirects followed as libcurl
@@ -105,7 +122,7 @@ def test_the_receiver_gets_what_phps_libcurl_sends_through_the_proxy_and_the_row
         url = receiver.url(path)
         expected = php(url, proxy.url, trusted)
         by_curl = (len(receiver.heads), len(other.heads))
-        assert deliver(url, setting(proxy.url), trusted, owner=f"PHID-HOOK-{scheme}{path}") == expected
+        assert deliver(handles, url, setting(proxy.url), trusted, owner=f"PHID-HOOK-{scheme}{path}") == expected
     # Through a CONNECT tunnel, HTTPSFuture's strip of one block per redirect takes the proxy's "Connection
     # established" block instead: PHP records the redirect's own status.
     assert expected == (
@@ -123,7 +140,7 @@ def test_the_receiver_gets_what_phps_libcurl_sends_through_the_proxy_and_the_row
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_hop_into_the_blacklist_is_refused_before_the_proxy_is_asked_for_it(
-    scheme: str, proxy: ForwardProxy, tls: TlsFiles, trusted: CaBundle
+    handles: Handles, scheme: str, proxy: ForwardProxy, tls: TlsFiles, trusted: CaBundle
 ) -> None:
     """The proxy listens on 127.0.0.1, itself in the blacklist: its own address and port are exempt, nothing
     else. A receiver allowed (127.0.0.3) redirects into the blacklist: to 127.0.0.2, and to the proxy's own
@@ -134,8 +151,17 @@ def test_a_hop_into_the_blacklist_is_refused_before_the_proxy_is_asked_for_it(
         for target in (inside, beside):
             allowed.elsewhere = target.url("/final")
             with pytest.raises(InvalidURI):
-                deliver(allowed.url("/away"), setting(proxy.url), trusted, owner="PHID-HOOK-in", blacklist=blacklist)
-        followed = deliver(allowed.url("/r302"), setting(proxy.url), trusted, owner="PHID-HOOK-ok", blacklist=blacklist)
+                deliver(
+                    handles,
+                    allowed.url("/away"),
+                    setting(proxy.url),
+                    trusted,
+                    owner="PHID-HOOK-in",
+                    blacklist=blacklist,
+                )
+        followed = deliver(
+            handles, allowed.url("/r302"), setting(proxy.url), trusted, owner="PHID-HOOK-ok", blacklist=blacklist
+        )
         assert followed == ("http", 302 if secure else 200)  # PHP's record through a tunnel (above)
     assert inside.heads == [] and beside.heads == []
     asked = proxy.asked()
@@ -149,7 +175,7 @@ def test_a_hop_into_the_blacklist_is_refused_before_the_proxy_is_asked_for_it(
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_proxy_named_by_host_is_reached_where_its_name_was_looked_up(
-    scheme: str, proxy: ForwardProxy, tls: TlsFiles, trusted: CaBundle
+    handles: Handles, scheme: str, proxy: ForwardProxy, tls: TlsFiles, trusted: CaBundle
 ) -> None:
     """A name only the service's resolver knows: libcurl reaches the proxy at the address pinned for the
     attempt, the one exempt from the blacklist (which holds it, and not the receiver, 127.0.0.3)."""
@@ -163,7 +189,7 @@ def test_a_proxy_named_by_host_is_reached_where_its_name_was_looked_up(
         via = setting(f"http://proxy.gorge-test.invalid:{proxy.port}")
         url = receiver.url("/final")
         assert deliver(
-            url, via, trusted, owner="PHID-HOOK-named", blacklist=blacklist, resolver=make_resolver(lookup)
+            handles, url, via, trusted, owner="PHID-HOOK-named", blacklist=blacklist, resolver=make_resolver(lookup)
         ) == (
             "http",
             200,
@@ -186,7 +212,7 @@ def _hang_up(sock: socket.socket) -> None:
 @pytest.mark.parametrize("scheme", ["http", "https"])
 @pytest.mark.parametrize("down", ["refused", "no such host", "hangs up", "refuses CONNECT"])
 def test_a_proxy_that_is_down_or_refuses_is_recorded_as_libcurl_numbers_it(
-    scheme: str, down: str, tmp_path: Path, tls: TlsFiles, trusted: CaBundle
+    handles: Handles, scheme: str, down: str, tmp_path: Path, tls: TlsFiles, trusted: CaBundle
 ) -> None:
     secure = tls if scheme == "https" else None
     with (
@@ -202,7 +228,7 @@ def test_a_proxy_that_is_down_or_refuses_is_recorded_as_libcurl_numbers_it(
         }[down]
         url = receiver.url("/final")
         expected = php(url, proxy_url, trusted)
-        assert deliver(url, setting(proxy_url), trusted, owner=f"PHID-HOOK-{down}") == expected
+        assert deliver(handles, url, setting(proxy_url), trusted, owner=f"PHID-HOOK-{down}") == expected
     assert (
         expected
         == {
@@ -218,14 +244,21 @@ def test_a_proxy_that_is_down_or_refuses_is_recorded_as_libcurl_numbers_it(
     )
 
 
-def test_hosts_in_no_proxy_are_reached_directly_and_still_checked(proxy: ForwardProxy, trusted: CaBundle) -> None:
+def test_hosts_in_no_proxy_are_reached_directly_and_still_checked(
+    handles: Handles, proxy: ForwardProxy, trusted: CaBundle
+) -> None:
     with Redirects() as direct, Redirects("127.0.0.2") as inside:
         via = setting(proxy.url, "127.0.0.1,127.0.0.2")
-        assert deliver(direct.url("/final"), via, trusted, owner="PHID-HOOK-direct") == ("http", 200)
+        assert deliver(handles, direct.url("/final"), via, trusted, owner="PHID-HOOK-direct") == ("http", 200)
         direct.elsewhere = inside.url("/final")
         with pytest.raises(InvalidURI):
             deliver(
-                direct.url("/away"), via, trusted, owner="PHID-HOOK-direct", blacklist=parse_blacklist("127.0.0.2/32")
+                handles,
+                direct.url("/away"),
+                via,
+                trusted,
+                owner="PHID-HOOK-direct",
+                blacklist=parse_blacklist("127.0.0.2/32"),
             )
     assert proxy.asked() == []
     assert len(direct.heads) == 2 and inside.heads == []

@@ -31,7 +31,7 @@ from webhook_delivery.phorge.names import ObjectName
 from webhook_delivery.reads.health import HookHealth, LagThresholds, QueueHealth
 from webhook_delivery.reads.watching import Incident, LastError, NearCollection
 from webhook_delivery.records.heartbeat import WorkerStatus
-from webhook_delivery.state import PhpDelivery
+from webhook_delivery.state import PhpDelivery, Stopped, WorkerState
 
 NOW = 1_764_620_000  # Phorge's database clock in this pass
 HOOK = "PHID-HWBH-conditionsconditions01"
@@ -103,7 +103,7 @@ def queue(*hooks: HookHealth) -> QueueHealth:
     return QueueHealth(NOW, hooks, THRESHOLDS, error_threshold=10, error_window_sec=300)
 
 
-def worker(seen_ago: int, *, stopped: str | None = None, stopping: bool = False) -> WorkerStatus:
+def worker(seen_ago: int, *, stopped: Stopped | None = None, stopping: bool = False) -> WorkerStatus:
     seen = datetime.fromtimestamp(NOW - seen_ago, UTC)
     return WorkerStatus(
         worker_id="web1:42:abcdef",
@@ -113,19 +113,7 @@ def worker(seen_ago: int, *, stopped: str | None = None, stopping: bool = False)
         last_seen=seen,
         seen_ago_sec=seen_ago,
         alive=seen_ago < 30,
-        max_concurrent=16,
-        in_flight=0,
-        tracked_queued=0,
-        database_down_for_sec=None,
-        stopping=stopping,
-        stopped=stopped,
-        phorge_now=NOW - seen_ago,
-        hooks_in_backoff=0,
-        hooks_misconfigured=0,
-        hooks_lock_busy=0,
-        hooks_held=frozenset(),
-        degraded={},
-        counts={},
+        beat=WorkerState(max_concurrent=16, stopping=stopping, stopped=stopped, phorge_now=NOW - seen_ago),
     )
 
 

@@ -50,23 +50,23 @@ def test_a_beat_is_handed_over_at_once_however_long_the_database_takes(caplog: p
     stuck = StuckDatabase()
     behind: list[int] = []
     site = SiteRecords(stuck, stuck, stuck, held=frozenset(), period=0.05, behind=lambda: behind.append(1))
-    site.beat({"version": 1, "in_flight": 0})  # type: ignore[typeddict-item]
+    site.beat(WorkerState(in_flight=0))
     assert stuck.writing.wait(10), "the first beat's write begins (and is stuck)"
     started = time.monotonic()
     for number in range(1, 50):
-        site.beat({"version": 1, "in_flight": number})  # type: ignore[typeddict-item]
+        site.beat(WorkerState(in_flight=number))
     assert time.monotonic() - started < 1, "the loop never waits on Django's database"
     assert site.held() == frozenset(), "the holds read before stay in force meanwhile"
     assert len(behind) == 48, "every beat replaced before it was written is counted"
     stuck.open.set()
     wait_for(lambda: site.held() == stuck.held, 10, "the holds read again")
     # The thread may have taken the first beat before the others came (two writes) or only after (one).
-    wait_for(lambda: stuck.written and stuck.written[-1]["in_flight"] == 49, 10, "the newest beat written")  # type: ignore[typeddict-item]
-    assert stuck.written[-1]["in_flight"] == 49, "the newest state, not the ones replaced"  # type: ignore[typeddict-item]
+    wait_for(lambda: stuck.written and stuck.written[-1].in_flight == 49, 10, "the newest beat written")
+    assert stuck.written[-1].in_flight == 49, "the newest state, not the ones replaced"
     wait_for(lambda: not stuck.notices, 10, "the notices read")
     assert site.take_notices() == {"PHID-HWBH-a": 3, "PHID-HWBH-b": 9}, "merged, the lowest id per hook"
     assert site.take_notices() == {}
-    site.close({"version": 1}, clean=True)  # type: ignore[typeddict-item]
+    site.close(WorkerState(), clean=True)
     assert stuck.retired == [True]
     said = [r for r in caplog.records if getattr(r, "event", "") == "worker.heartbeat_behind"]
     assert len(said) == 1, "said once"
@@ -93,4 +93,4 @@ def test_pending_actions_are_looked_for_every_second_and_a_hold_made_is_read_at_
     wait_for(lambda: site.held() == frozenset({"PHID-HWBH-b"}), 10, "the hold read after the action")
     assert len(looked) == 3, "read at once after the action that made it, not a heartbeat period later"
     assert 0.5 < looked[2] - looked[1] < 3, "looked for about once a second"
-    site.close({"version": 1}, clean=True)  # type: ignore[typeddict-item]
+    site.close(WorkerState(), clean=True)

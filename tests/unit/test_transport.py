@@ -9,6 +9,8 @@ import socket
 import sys
 import time
 import tracemalloc
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,20 @@ from webhook_delivery.config import Trust, default_blacklist, parse_blacklist
 from webhook_delivery.phorge.cabundle import CaBundle, CaBundleFile
 from webhook_delivery.phorge.netguard import InvalidURI, make_resolver, system_resolver
 from webhook_delivery.worker import transport
+from webhook_delivery.worker.curl import Handles
 
 SYSTEM_STORE = CaBundle(None, "variable", "GORGE_WEBHOOK_CA_BUNDLE=system")
 
 
+@pytest.fixture
+def handles() -> Iterator[Handles]:
+    """The hooks' libcurl handles, as a worker's dispatcher owns them: this test's own, closed after it."""
+    with closing(Handles()) as own:
+        yield own
+
+
 def attempt(
+    handles: Handles,
     uri: str,
     *,
     timeout: float = 2.0,
@@ -39,7 +50,15 @@ def attempt(
     deadline = transport.Deadline.after(timeout)
     hop = transport.check_uri(uri, blacklist, resolver, deadline)
     return transport.post(
-        uri, b'{"x": 1}\n', "0" * 64, owner=owner, first_hop=hop, blacklist=blacklist, deadline=deadline, ca=ca
+        uri,
+        b'{"x": 1}\n',
+        "0" * 64,
+        handles=handles,
+        owner=owner,
+        first_hop=hop,
+        blacklist=blacklist,
+        deadline=deadline,
+        ca=ca,
     )
 
 
@@ -60,12 +79,12 @@ def outcome(code: Any, kind: str = "http") -> transport.HttpOutcome:
         "http://127.0.0.1:0/x",
     ],
 )
-def test_invalid_uris_are_permanent_uri_failures(uri: str) -> None:
+def test_invalid_uris_are_permanent_uri_failures(handles: Handles, uri: str) -> None:
     with pytest.raises(InvalidURI):
-        attempt(uri)
+        attempt(handles, uri)
 
 
-def test_every_resolved_address_is_checked() -> None:
+def test_every_resolved_address_is_checked(handles: Handles) -> None:
     def two_addresses(host: str, port: int, *args: Any) -> list[Any]:
         return [
             (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port)),
@@ -73,10 +92,10 @@ def test_every_resolved_address_is_checked() -> None:
         ]
 
     with pytest.raises(InvalidURI):
-        attempt("http://dual.example/x", blacklist=default_blacklist(), resolver=make_resolver(two_addresses))
+        attempt(handles, "http://dual.example/x", blacklist=default_blacklist(), resolver=make_resolver(two_addresses))
 
 
-def test_connection_goes_to_the_checked_address() -> None:
+def test_connection_goes_to_the_checked_address(handles: Handles) -> None:
     """No second lookup: whatever the name resolves to later, we connect where we checked."""
     answers = iter(["127.0.0.1", "127.0.0.9"])
 
@@ -84,12 +103,12 @@ def test_connection_goes_to_the_checked_address() -> None:
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
 
     with Receiver() as receiver:
-        result = attempt(f"http://rebind.example:{receiver.port}/a/ok", resolver=make_resolver(rebinding))
+        result = attempt(handles, f"http://rebind.example:{receiver.port}/a/ok", resolver=make_resolver(rebinding))
         assert result == outcome(200)
         assert receiver.requests[0].header("Host") == f"rebind.example:{receiver.port}"
 
 
-def test_a_hooks_pin_holds_until_its_addresses_change_and_then_a_fresh_connection_is_made() -> None:
+def test_a_hooks_pin_holds_until_its_addresses_change_and_then_a_fresh_connection_is_made(handles: Handles) -> None:
     """The name exists nowhere but in the resolver stand-in: each delivery reaches the address it checked,
     on the kept connection while the addresses stay, on a new one to the new address when they change."""
     where = {"address": "127.0.0.1"}
@@ -103,7 +122,7 @@ def test_a_hooks_pin_holds_until_its_addresses_change_and_then_a_fresh_connectio
             url = f"http://pinned.invalid:{first.port}/pin/ok"
 
             def deliver() -> Any:
-                return attempt(url, resolver=resolver, owner="PHID-HOOK-pin")
+                return attempt(handles, url, resolver=resolver, owner="PHID-HOOK-pin")
 
             assert [deliver() for _ in range(3)] == [outcome(200)] * 3
             where["address"] = "127.0.0.2"
@@ -121,15 +140,15 @@ def _respond(head: bytes, *, then: Any = None) -> Any:
     return handler
 
 
-def test_refused_is_http_7() -> None:
+def test_refused_is_http_7(handles: Handles) -> None:
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]
     probe.close()
-    assert attempt(f"http://127.0.0.1:{port}/x") == outcome(7)
+    assert attempt(handles, f"http://127.0.0.1:{port}/x") == outcome(7)
 
 
-def test_a_2xx_whose_body_trickles_past_the_deadline_is_a_timeout() -> None:
+def test_a_2xx_whose_body_trickles_past_the_deadline_is_a_timeout(handles: Handles) -> None:
     def trickle(sock: socket.socket) -> None:
         for _ in range(100):
             sock.sendall(b"x")
@@ -137,11 +156,11 @@ def test_a_2xx_whose_body_trickles_past_the_deadline_is_a_timeout() -> None:
 
     with RawServer(_respond(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", then=trickle)) as server:
         started = time.monotonic()
-        assert attempt(f"http://127.0.0.1:{server.port}/x", timeout=1.0) == outcome(28, "timeout")
+        assert attempt(handles, f"http://127.0.0.1:{server.port}/x", timeout=1.0) == outcome(28, "timeout")
         assert time.monotonic() - started < 1.5
 
 
-def test_headers_trickled_forever_cannot_hold_a_worker_past_the_deadline() -> None:
+def test_headers_trickled_forever_cannot_hold_a_worker_past_the_deadline(handles: Handles) -> None:
     def trickle(sock: socket.socket) -> None:
         for _ in range(200):
             sock.sendall(b"X-Slow: 1\r\n")
@@ -149,11 +168,11 @@ def test_headers_trickled_forever_cannot_hold_a_worker_past_the_deadline() -> No
 
     with RawServer(_respond(b"HTTP/1.1 200 OK\r\n", then=trickle)) as server:
         started = time.monotonic()
-        assert attempt(f"http://127.0.0.1:{server.port}/x", timeout=1.0) == outcome(28, "timeout")
+        assert attempt(handles, f"http://127.0.0.1:{server.port}/x", timeout=1.0) == outcome(28, "timeout")
         assert time.monotonic() - started < 1.5
 
 
-def test_an_endless_compressed_body_keeps_memory_bounded() -> None:
+def test_an_endless_compressed_body_keeps_memory_bounded(handles: Handles) -> None:
     chunk = b"\x1f\x8b" + b"\x00" * 65534
 
     def flood(sock: socket.socket) -> None:
@@ -164,21 +183,21 @@ def test_an_endless_compressed_body_keeps_memory_bounded() -> None:
     with RawServer(_respond(head, then=flood)) as server:
         tracemalloc.start()
         try:
-            assert attempt(f"http://127.0.0.1:{server.port}/x", timeout=1.0) == outcome(28, "timeout")
+            assert attempt(handles, f"http://127.0.0.1:{server.port}/x", timeout=1.0) == outcome(28, "timeout")
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
         assert peak < 4 * 1024 * 1024
 
 
-def test_a_large_body_that_ends_in_time_is_drained_and_counts() -> None:
+def test_a_large_body_that_ends_in_time_is_drained_and_counts(handles: Handles) -> None:
     body = b"y" * (8 * 1024 * 1024)
     head = b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n" % len(body)
     with RawServer(_respond(head + body)) as server:
-        assert attempt(f"http://127.0.0.1:{server.port}/x", timeout=5.0) == outcome(201)
+        assert attempt(handles, f"http://127.0.0.1:{server.port}/x", timeout=5.0) == outcome(201)
 
 
-def test_reset_by_peer_is_http_56() -> None:
+def test_reset_by_peer_is_http_56(handles: Handles) -> None:
     def reset(sock: socket.socket) -> None:
         read_request(sock)
         sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial")
@@ -186,19 +205,19 @@ def test_reset_by_peer_is_http_56() -> None:
         time.sleep(0.1)
 
     with RawServer(reset) as server:
-        assert attempt(f"http://127.0.0.1:{server.port}/x") in (outcome(56), outcome(18))
+        assert attempt(handles, f"http://127.0.0.1:{server.port}/x") in (outcome(56), outcome(18))
 
 
-def test_too_many_redirects_is_http_47() -> None:
+def test_too_many_redirects_is_http_47(handles: Handles) -> None:
     with Receiver() as receiver:
-        assert attempt(receiver.url("/r/loop")) == outcome(47)
+        assert attempt(handles, receiver.url("/r/loop")) == outcome(47)
         assert len(receiver.requests) == 21
 
 
-def test_redirects_follow_curl_method_rules() -> None:
+def test_redirects_follow_curl_method_rules(handles: Handles) -> None:
     with Receiver() as receiver:
-        assert attempt(receiver.url("/a/r303")) == outcome(200)
-        assert attempt(receiver.url("/b/r307")) == outcome(200)
+        assert attempt(handles, receiver.url("/a/r303")) == outcome(200)
+        assert attempt(handles, receiver.url("/b/r307")) == outcome(200)
     first, after_303, second, after_307 = receiver.requests
     assert first.body == b'{"x": 1}\n' and after_303.method == "POST" and after_303.body == b""
     assert after_303.header("Content-Type") == "application/json"
@@ -211,16 +230,18 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
     return TlsFiles.make(tmp_path_factory.mktemp("tls"))
 
 
-def test_tls_is_verified_by_host_name_on_the_pinned_address(tls: TlsFiles, tmp_path: Path) -> None:
+def test_tls_is_verified_by_host_name_on_the_pinned_address(handles: Handles, tls: TlsFiles, tmp_path: Path) -> None:
     trusted = bundle_in_force(GORGE_WEBHOOK_CA_BUNDLE=str(tls.ca))
     with CaseServer(Case("tls", (OK,) * 3, tls="ok"), tls) as server:
-        assert attempt(server.url("localhost")) == outcome(60)  # unknown issuer
-        assert attempt(server.url("localhost"), ca=trusted) == outcome(200)
+        assert attempt(handles, server.url("localhost")) == outcome(60)  # unknown issuer
+        assert attempt(handles, server.url("localhost"), ca=trusted) == outcome(200)
     with RawServer(_respond(OK), host="127.0.0.2", wrap=tls.wrapper("ok")) as server:
-        assert attempt(f"https://127.0.0.2:{server.port}/x") == outcome(60)  # not a name the certificate has
+        assert attempt(handles, f"https://127.0.0.2:{server.port}/x") == outcome(60)  # not a name the certificate has
 
 
-def test_a_changed_bundle_leaves_no_connection_verified_under_the_old_one(tls: TlsFiles, tmp_path: Path) -> None:
+def test_a_changed_bundle_leaves_no_connection_verified_under_the_old_one(
+    handles: Handles, tls: TlsFiles, tmp_path: Path
+) -> None:
     """The hook's kept TLS connection was verified against custom.pem; once custom.pem no longer trusts the
     receiver's CA, the next delivery is verified again, on a new connection, and fails as PHP's would."""
     tree = arcanist_tree(tmp_path, custom=tls.ca)
@@ -229,27 +250,27 @@ def test_a_changed_bundle_leaves_no_connection_verified_under_the_old_one(tls: T
     watched = CaBundleFile(Trust(arcanist=str(tree), arcanist_from="GORGE_WEBHOOK_ARCANIST_ROOT"), clock=lambda: now[0])
     with CaseServer(Case("kept", (OK,) * 10, tls="ok"), tls) as server:
         url = server.url("localhost")
-        assert [attempt(url, ca=watched.current()) for _ in range(2)] == [outcome(200)] * 2
+        assert [attempt(handles, url, ca=watched.current()) for _ in range(2)] == [outcome(200)] * 2
         assert server.server.connections == 1
         custom.write_bytes(MOZILLA_ROOTS.read_bytes())
         now[0] += 1.0
-        assert attempt(url, ca=watched.current()) == outcome(60)
+        assert attempt(handles, url, ca=watched.current()) == outcome(60)
         custom.write_bytes(tls.ca.read_bytes())
         now[0] += 1.0
-        assert attempt(url, ca=watched.current()) == outcome(200)
+        assert attempt(handles, url, ca=watched.current()) == outcome(200)
         assert server.server.connections == 3
 
 
-def test_tls_handshake_failure_is_http_35() -> None:
+def test_tls_handshake_failure_is_http_35(handles: Handles) -> None:
     def not_tls(sock: socket.socket) -> None:
         sock.recv(1024)
         sock.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
 
     with RawServer(not_tls) as server:
-        assert attempt(f"https://127.0.0.1:{server.port}/x") == outcome(35)
+        assert attempt(handles, f"https://127.0.0.1:{server.port}/x") == outcome(35)
 
 
-def test_connect_timeout_is_a_timeout() -> None:
+def test_connect_timeout_is_a_timeout(handles: Handles) -> None:
     # A listener with a full backlog and no accept(): connecting hangs until the deadline.
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -265,7 +286,7 @@ def test_connect_timeout_is_a_timeout() -> None:
             pass
         fillers.append(filler)
     try:
-        result = attempt(f"http://127.0.0.1:{port}/x", timeout=1.0)
+        result = attempt(handles, f"http://127.0.0.1:{port}/x", timeout=1.0)
         assert result in (outcome(28, "timeout"), outcome(52))
     finally:
         for filler in fillers:
@@ -273,12 +294,12 @@ def test_connect_timeout_is_a_timeout() -> None:
         listener.close()
 
 
-def test_ipaddress_literal_never_touches_the_resolver() -> None:
+def test_ipaddress_literal_never_touches_the_resolver(handles: Handles) -> None:
     def no_dns(*args: Any) -> Any:
         raise AssertionError("resolver called for an IP literal")
 
     with Receiver() as receiver:
-        assert attempt(receiver.url("/lit/ok"), resolver=make_resolver(no_dns)) == outcome(200)
+        assert attempt(handles, receiver.url("/lit/ok"), resolver=make_resolver(no_dns)) == outcome(200)
     assert ipaddress.ip_address("127.0.0.1")
 
 
@@ -289,13 +310,17 @@ def test_ipaddress_literal_never_touches_the_resolver() -> None:
 BODY, SIGNATURE = b'{"x": 1}\n', "5" * 64
 
 
-def deliver(urls: list[str], owner: str, *, timeout: float = 3.0, ca: CaBundle = SYSTEM_STORE) -> list[tuple[str, int]]:
+def deliver(
+    handles: Handles, urls: list[str], owner: str, *, timeout: float = 3.0, ca: CaBundle = SYSTEM_STORE
+) -> list[tuple[str, int]]:
     """Each URL in turn on the hook `owner`'s connections, as the worker delivers a hook's rows."""
     results = []
     for url in urls:
         deadline = transport.Deadline.after(timeout)
         hop = transport.check_uri(url, (), system_resolver, deadline)
-        http = transport.post(url, BODY, SIGNATURE, owner=owner, first_hop=hop, blacklist=(), deadline=deadline, ca=ca)
+        http = transport.post(
+            url, BODY, SIGNATURE, handles=handles, owner=owner, first_hop=hop, blacklist=(), deadline=deadline, ca=ca
+        )
         results.append((http.error_type, http.error_code))
     return results
 
@@ -317,13 +342,15 @@ def custom_pem(tls: TlsFiles, tmp_path_factory: pytest.TempPathFactory) -> CaBun
 
 @pytest.mark.needs_tool("curl", "php")
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_each_odd_answer_is_recorded_as_php_records_it(case: Case, tls: TlsFiles, custom_pem: CaBundle) -> None:
+def test_each_odd_answer_is_recorded_as_php_records_it(
+    handles: Handles, case: Case, tls: TlsFiles, custom_pem: CaBundle
+) -> None:
     with CaseServer(case, tls) as server:
         urls = [server.url()] * case.requests
         expected = php(urls, custom_pem)[-1]
         if case.recorded is not None:  # the oracle gives what was measured with PHP's libcurl
             assert expected == case.recorded
-        assert deliver(urls, f"PHID-HOOK-{case.name}", ca=custom_pem)[-1] == expected
+        assert deliver(handles, urls, f"PHID-HOOK-{case.name}", ca=custom_pem)[-1] == expected
 
 
 # Each TLS case with the CA not trusted; with it trusted, the handshake that completes (every TLS case with it
@@ -337,7 +364,7 @@ TLS_GIVEN = [
 @pytest.mark.needs_tool("curl", "php")
 @pytest.mark.parametrize(("given", "case"), TLS_GIVEN, ids=[f"{given}-{case.name}" for given, case in TLS_GIVEN])
 def test_the_tls_cases_are_recorded_as_php_records_them_with_the_bundle_php_uses(
-    case: Case, given: str, tls: TlsFiles, tmp_path: Path
+    handles: Handles, case: Case, given: str, tls: TlsFiles, tmp_path: Path
 ) -> None:
     """The CA given as an administrator gives it, or not at all: with arcanist's default.pem alone, PHP records
     an unknown issuer (http/60); without default.pem (a packaging without it) libcurl's own store, the
@@ -363,7 +390,7 @@ def test_the_tls_cases_are_recorded_as_php_records_them_with_the_bundle_php_uses
             assert expected == ("http", 60)
         elif case.recorded is not None:
             assert expected == case.recorded
-        assert deliver(urls, f"PHID-HOOK-{given}-{case.name}", ca=bundle)[-1] == expected
+        assert deliver(handles, urls, f"PHID-HOOK-{given}-{case.name}", ca=bundle)[-1] == expected
 
 
 def _fields(head: bytes) -> list[bytes]:
@@ -372,11 +399,13 @@ def _fields(head: bytes) -> list[bytes]:
 
 @pytest.mark.needs_tool("curl", "php")
 @pytest.mark.parametrize("path", ["/r300", "/r301", "/r302", "/r303", "/r304", "/r305", "/r307", "/r308", "/loop"])
-def test_redirects_are_followed_as_libcurl_follows_them_byte_for_byte(path: str, tls: TlsFiles) -> None:
+def test_redirects_are_followed_as_libcurl_follows_them_byte_for_byte(
+    handles: Handles, path: str, tls: TlsFiles
+) -> None:
     with Redirects() as server:
         expected = php([server.url(path)], SYSTEM_STORE)
         by_curl = len(server.heads)
-        assert deliver([server.url(path)], "PHID-HOOK-redirects") == expected
+        assert deliver(handles, [server.url(path)], "PHID-HOOK-redirects") == expected
     assert [_fields(head) for head in server.heads[by_curl:]] == [_fields(head) for head in server.heads[:by_curl]]
     assert server.bodies[by_curl:] == server.bodies[:by_curl]
     if path in ("/r301", "/r302", "/r303"):  # the follow-up: POST, no body and no Content-Length at all
@@ -385,7 +414,7 @@ def test_redirects_are_followed_as_libcurl_follows_them_byte_for_byte(path: str,
         assert not [field for field in follow_up if field.lower().startswith(b"content-length")]
 
 
-def test_a_kept_connection_serves_only_under_the_blacklist_it_was_checked_against() -> None:
+def test_a_kept_connection_serves_only_under_the_blacklist_it_was_checked_against(handles: Handles) -> None:
     """A hook's redirect target, reached and kept while allowed, then put on the outbound blacklist: the
     next delivery does not use the kept connection, it connects afresh and is refused."""
     with Receiver(host="127.0.0.2") as target, Receiver() as hook:
@@ -393,7 +422,7 @@ def test_a_kept_connection_serves_only_under_the_blacklist_it_was_checked_agains
         url = hook.url("/hook/away")
 
         def deliver(blacklist: Any) -> Any:
-            return attempt(url, blacklist=blacklist, owner="PHID-HOOK-moved")
+            return attempt(handles, url, blacklist=blacklist, owner="PHID-HOOK-moved")
 
         assert [deliver(()) for _ in range(2)] == [outcome(200)] * 2
         with pytest.raises(InvalidURI):
@@ -401,7 +430,7 @@ def test_a_kept_connection_serves_only_under_the_blacklist_it_was_checked_agains
     assert [r.path for r in target.requests] == ["/target/ok"] * 2
 
 
-def test_a_large_request_body_is_let_go_after_its_transfer() -> None:
+def test_a_large_request_body_is_let_go_after_its_transfer(handles: Handles) -> None:
     """pycurl keeps the body it was given until the next one: a hook's handle must not hold a request of
     megabytes (a request with thousands of transactions) between deliveries."""
     body = b'{"transactions": "' + b"x" * 1_000_000 + b'"}'
@@ -411,7 +440,15 @@ def test_a_large_request_body_is_let_go_after_its_transfer() -> None:
         hop = transport.check_uri(url, (), system_resolver, deadline)
         references = sys.getrefcount(body)
         http = transport.post(
-            url, body, "0" * 64, owner="PHID-HOOK-big", first_hop=hop, blacklist=(), deadline=deadline, ca=SYSTEM_STORE
+            url,
+            body,
+            "0" * 64,
+            handles=handles,
+            owner="PHID-HOOK-big",
+            first_hop=hop,
+            blacklist=(),
+            deadline=deadline,
+            ca=SYSTEM_STORE,
         )
         assert http == outcome(200)
         assert sys.getrefcount(body) == references

@@ -126,9 +126,11 @@ class Pass:
     def alive_workers(self) -> list[WorkerStatus]:
         threshold = timedelta(seconds=self.config.worker_dead_sec)
         return [
-            beat
-            for beat in self.workers
-            if beat.stopped is None and not beat.stopping and self.host_now - beat.last_seen <= threshold
+            worker
+            for worker in self.workers
+            if worker.beat.stopped is None
+            and not worker.beat.stopping
+            and self.host_now - worker.last_seen <= threshold
         ]
 
 
@@ -304,7 +306,7 @@ class NoWorker(AtOnce):
         if now.alive_workers():
             return []
         newest = max(now.workers, key=lambda beat: beat.last_seen, default=None)
-        last = None if newest is None else messages.LastWorker(newest.worker_id, newest.last_heard, newest.stopped)
+        last = None if newest is None else messages.LastWorker(newest.worker_id, newest.last_heard, newest.beat.stopped)
         facts = messages.NoWorker(health.now, due, oldest, last, int(heartbeat.WORKERS_SHOWN_FOR.total_seconds()))
         since = max(oldest, last.heard) if last is not None else oldest
         return [Observation("no_worker", self.kind, since, messages.no_worker(facts, now.links), detail={"due": due})]

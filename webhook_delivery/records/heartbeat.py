@@ -12,14 +12,12 @@ import os
 import secrets
 import socket
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.db import DatabaseError
 
-from ..state import TaskWhileDelegated, WorkerState
+from ..state import WorkerState
 from ..version import VERSION
 from .models import WorkerHeartbeat
 
@@ -59,7 +57,7 @@ class Heartbeat:
                     "pid": self.pid,
                     "started_at": self.started_at,
                     "last_seen": datetime.now(UTC),
-                    "state": state,
+                    "state": state.as_json(),
                     "version": VERSION,
                 },
             )
@@ -75,8 +73,8 @@ class Heartbeat:
             self._failing = True
 
     def retire(self, state: WorkerState, *, clean: bool) -> None:
-        """The last beat: this process stopped, cleanly or not, at Phorge's clock `state["phorge_now"]`."""
-        self.publish({**state, "stopped": "clean" if clean else "error"})
+        """The last beat: this process stopped, cleanly or not, at Phorge's clock `state.phorge_now`."""
+        self.publish(state.retired(clean=clean))
 
 
 # -- reading the heartbeats back -------------------------------------------------------------------------
@@ -84,6 +82,9 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class WorkerStatus:
+    """A heartbeat row as the pages, the health JSON and the alerts read it: which process, when it was heard,
+    and the state its beat carried."""
+
     worker_id: str
     hostname: str
     pid: int
@@ -91,90 +92,45 @@ class WorkerStatus:
     last_seen: datetime
     seen_ago_sec: int
     alive: bool
-    max_concurrent: int
-    in_flight: int
-    tracked_queued: int
-    database_down_for_sec: float | None
-    stopping: bool
-    stopped: str | None  # "clean" or "error": the process's last beat said it stopped; None: running or silent
-    phorge_now: int | None  # Phorge's database clock at the beat, as the worker estimated it
-    hooks_in_backoff: int
-    hooks_misconfigured: int
-    hooks_lock_busy: int
-    hooks_held: frozenset[str]  # the holds this process had read at the beat: it starts no call for these
-    degraded: Mapping[str, int]  # cumulative counters of this process, by reason
-    counts: Mapping[str, int]
-    php_task_while_delegated: TaskWhileDelegated | None = None  # Phorge's side of the handover not in force
+    beat: WorkerState
     version: str | None = None  # None: a worker of a release before 0.2.0, which did not say
-    delivery_paused: str | None = None  # why this process delivers nothing (Phorge's silent mode unknown to it)
 
     @property
     def last_heard(self) -> int:
         """When the beat was written, on Phorge's database clock where the worker knew it."""
-        return self.phorge_now if self.phorge_now is not None else int(self.last_seen.timestamp())
+        return self.beat.phorge_now if self.beat.phorge_now is not None else int(self.last_seen.timestamp())
 
     @property
     def state(self) -> str:
-        if self.stopped == "clean":
+        beat = self.beat
+        if beat.stopped == "clean":
             return "stopped"
-        if self.stopped is not None:
+        if beat.stopped is not None:
             return "exited"
         if not self.alive:
             return "stale"
-        if self.database_down_for_sec is not None:
+        if beat.database_down_for_sec is not None:
             return "database down"
-        return "stopping" if self.stopping else "ok"
-
-
-def _int(value: Any) -> int:
-    return 0 if value is None else int(value)
-
-
-def _count_map(value: Any) -> dict[str, int]:
-    if not isinstance(value, dict):
-        return {}
-    return {str(key): int(count) for key, count in value.items() if isinstance(count, int)}
-
-
-def _size(value: Any) -> int:
-    return len(value) if isinstance(value, (list, dict)) else 0
+        return "stopping" if beat.stopping else "ok"
 
 
 def workers(now: datetime | None = None) -> list[WorkerStatus]:
     """deliver_webhooks processes seen in the last day, newest first; alive = beat in the last WORKER_ALIVE_SEC."""
     now = now or datetime.now(UTC)
     result = []
-    for beat in WorkerHeartbeat.objects.filter(last_seen__gte=now - WORKERS_SHOWN_FOR)[:50]:
-        state = beat.state if isinstance(beat.state, dict) else {}
-        counts = _count_map(state.get("counts"))
-        down = state.get("database_down_for_sec")
-        stopped = state.get("stopped")
-        phorge_now = state.get("phorge_now")
+    for row in WorkerHeartbeat.objects.filter(last_seen__gte=now - WORKERS_SHOWN_FOR)[:50]:
+        beat = WorkerState.from_json(row.state)
         result.append(
             WorkerStatus(
-                worker_id=beat.worker_id,
-                hostname=beat.hostname,
-                pid=beat.pid,
-                started_at=beat.started_at,
-                last_seen=beat.last_seen,
-                seen_ago_sec=max(0, int((now - beat.last_seen).total_seconds())),
-                alive=stopped is None and now - beat.last_seen <= timedelta(seconds=WORKER_ALIVE_SEC),
-                max_concurrent=_int(state.get("max_concurrent")),
-                in_flight=_int(state.get("in_flight")),
-                tracked_queued=_int(state.get("tracked_queued")),
-                database_down_for_sec=float(down) if isinstance(down, (int, float)) else None,
-                stopping=bool(state.get("stopping")),
-                stopped=str(stopped) if stopped in ("clean", "error") else None,
-                phorge_now=phorge_now if isinstance(phorge_now, int) and not isinstance(phorge_now, bool) else None,
-                hooks_in_backoff=_size(state.get("hooks_in_backoff")),
-                hooks_misconfigured=_size(state.get("hooks_misconfigured")),
-                hooks_lock_busy=_size(state.get("hooks_lock_busy")),
-                hooks_held=frozenset(str(phid) for phid in state.get("hooks_held") or () if isinstance(phid, str)),
-                degraded={k.removeprefix("degraded."): v for k, v in counts.items() if k.startswith("degraded.")},
-                counts=counts,
-                php_task_while_delegated=TaskWhileDelegated.from_json(state.get("php_task_while_delegated")),
-                version=beat.version or None,
-                delivery_paused=paused if isinstance(paused := state.get("delivery_paused"), str) else None,
+                worker_id=row.worker_id,
+                hostname=row.hostname,
+                pid=row.pid,
+                started_at=row.started_at,
+                last_seen=row.last_seen,
+                seen_ago_sec=max(0, int((now - row.last_seen).total_seconds())),
+                alive=beat.stopped is None and now - row.last_seen <= timedelta(seconds=WORKER_ALIVE_SEC),
+                beat=beat,
+                version=row.version or None,
             )
         )
     return result

@@ -101,6 +101,7 @@ def _hook_json(hook: HookHealth, health: QueueHealth, latency: Latency) -> dict[
 
 
 def _worker_json(worker: WorkerStatus) -> dict[str, Any]:
+    beat = worker.beat
     return {
         "worker_id": worker.worker_id,
         "version": worker.version,
@@ -110,14 +111,14 @@ def _worker_json(worker: WorkerStatus) -> dict[str, Any]:
         "last_seen": worker.last_seen.isoformat(),
         "alive": worker.alive,
         "state": worker.state,
-        "in_flight": worker.in_flight,
-        "max_concurrent": worker.max_concurrent,
-        "database_down_for_sec": worker.database_down_for_sec,
-        "hooks_in_backoff": worker.hooks_in_backoff,
-        "hooks_misconfigured": worker.hooks_misconfigured,
-        "hooks_lock_busy": worker.hooks_lock_busy,
-        "degraded": dict(worker.degraded),
-        "php_task_while_delegated": None if (seen := worker.php_task_while_delegated) is None else seen.as_json(),
+        "in_flight": beat.in_flight,
+        "max_concurrent": beat.max_concurrent,
+        "database_down_for_sec": beat.database_down_for_sec,
+        "hooks_in_backoff": len(beat.hooks_in_backoff),
+        "hooks_misconfigured": len(beat.hooks_misconfigured),
+        "hooks_lock_busy": len(beat.hooks_lock_busy),
+        "degraded": beat.degraded,
+        "php_task_while_delegated": None if (seen := beat.php_task_while_delegated) is None else seen.as_json(),
     }
 
 

@@ -57,10 +57,10 @@ class Dashboard:
         alive = [worker for worker in self.workers if worker.alive]
         if not alive:
             return None if self.settings is None else self.settings.paused_reason()
-        paused = [worker for worker in alive if worker.delivery_paused]
+        paused = [worker for worker in alive if worker.beat.delivery_paused]
         if not paused:
             return None
-        said = f"{paused[0].delivery_paused} (the worker {paused[0].worker_id} says so)"
+        said = f"{paused[0].beat.delivery_paused} (the worker {paused[0].worker_id} says so)"
         return said if len(paused) == len(alive) else f"{len(paused)} of {len(alive)} workers deliver nothing: {said}"
 
     @property
@@ -81,7 +81,7 @@ class Dashboard:
         minutes and while Phorge's settings still say so: Phorge's side of the handover is not in force."""
         if self.delegation is None or self.delegation.state != "delegated":
             return None
-        seen = (worker.php_task_while_delegated for worker in self.workers)
+        seen = (worker.beat.php_task_while_delegated for worker in self.workers)
         latest = max((one for one in seen if one is not None), key=lambda one: one.seen, default=None)
         return latest if latest is not None and latest.seen >= self.health.now - RECENT_ARCHIVE_SEC else None
 

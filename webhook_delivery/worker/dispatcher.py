@@ -78,6 +78,11 @@ class Dispatcher:
         self.blacklist = blacklist or (lambda: config.outbound_blacklist)
         self.ca_bundle = ca_bundle or CaBundleFile(config.trust).current
         self.objects = objects or StoredOrder()
+        self.handles = transport.Handles()  # libcurl's, one set per hook, with the connections they keep
+
+    def close(self) -> None:
+        """Close the kept handles and their connections; a later delivery opens new ones."""
+        self.handles.close()
 
     def process(
         self, row: RequestRow, properties: dict[str, Any], hook: Hook | None, *, started: float | None = None
@@ -102,25 +107,14 @@ class Dispatcher:
                 first_hop = transport.check_uri(hook.uri, blacklist, self.resolver, deadline)
             except (TemporaryDNSFailure, TimeoutError) as exc:  # the deadline, from the claim, may be gone already
                 return from_http(transport.failure(exc, deadline), retry_forever=retries_forever(properties))
-            try:  # the stored transactionPHIDs are read here already (their order): bad ones are unsendable
-                transactions = self.objects.transactions(row.object_phid, properties.get("transactionPHIDs"))
-            except (TypeError, ValueError, RecursionError, OverflowError) as exc:
-                raise UnsendableRequest(f"no payload can be built: {_reason(exc)}") from exc
-            if transactions is None:
+            body = self._payload(row, properties)
+            if body is None:
                 return configuration_failure(INVALID_OBJECT)
-            try:
-                body = build_payload(
-                    object_phid=row.object_phid,
-                    properties=properties,
-                    date_created=row.date_created,
-                    transaction_phids=transactions,
-                )
-            except (TypeError, ValueError, RecursionError, OverflowError) as exc:
-                raise UnsendableRequest(f"no payload can be built: {type(exc).__name__}") from exc
             http = transport.post(
                 hook.uri,
                 body,
                 sign(body, hook.hmac_key),
+                handles=self.handles,
                 owner=hook.phid,
                 first_hop=first_hop,
                 blacklist=blacklist,
@@ -139,6 +133,24 @@ class Dispatcher:
             )
             return configuration_failure(INVALID_URI)
         return from_http(http, retry_forever=retries_forever(properties))
+
+    def _payload(self, row: RequestRow, properties: dict[str, Any]) -> bytes | None:
+        """Phorge's payload; None when the object no longer exists. Raises UnsendableRequest."""
+        try:  # the stored transactionPHIDs are read here already (their order): bad ones are unsendable
+            transactions = self.objects.transactions(row.object_phid, properties.get("transactionPHIDs"))
+        except (TypeError, ValueError, RecursionError, OverflowError) as exc:
+            raise UnsendableRequest(f"no payload can be built: {_reason(exc)}") from exc
+        if transactions is None:
+            return None
+        try:
+            return build_payload(
+                object_phid=row.object_phid,
+                properties=properties,
+                date_created=row.date_created,
+                transaction_phids=transactions,
+            )
+        except (TypeError, ValueError, RecursionError, OverflowError) as exc:
+            raise UnsendableRequest(f"no payload can be built: {type(exc).__name__}") from exc
 
     def _delivery_id(self, row: RequestRow, hook: Hook) -> tuple[tuple[str, str], ...]:
         """The opt-in `webhook-id` header: the request's PHID, the same on every retry and redelivery."""

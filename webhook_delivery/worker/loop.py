@@ -29,6 +29,7 @@ from ..state import WorkerState
 from ..version import VERSION
 from . import metrics
 from .dispatcher import Dispatcher
+from .duties import Duties, Every, Throttle
 from .job import Job, JobResult, JobRunner
 from .memory import limit_malloc_arenas
 from .metrics import Counters
@@ -102,56 +103,52 @@ class Worker:
         self._db_down_since: float | None = None
         self._db_back_at = float("-inf")  # when the loop last found the database again
         self._signals = 0
-        self._last_heartbeat = 0.0
-        self._last_lock_check = 0.0
-        self._reported: dict[str, int] = {}
+        self._reported: dict[str, int] = {}  # the counts the last activity line was told
         self.paused: str | None = None  # why nothing is delivered now (silent mode unknown)
         self._quick_until = float("-inf")
-        self._paused_said = float("-inf")
+        self._paused_repeat = Throttle(PAUSED_REPEAT_SEC)
         self._silent_said = False
-        self.site: SiteRecords | None = None  # made when run() starts, with the holds read then
 
     def snapshot(self) -> WorkerState:
         """The heartbeat state: what the dashboard and the health JSON show about this process."""
-        now = time.monotonic()
         scheduler = self.scheduler
-        return {
-            "version": 1,
-            "max_concurrent": self.max_concurrent,
-            "in_flight": scheduler.in_flight(),
-            "lanes": scheduler.lanes_in_flight(),
-            "tracked_queued": self.window.held_count,
-            "counts": self.counters.snapshot(),
-            "database_down_for_sec": None if self._db_down_since is None else round(now - self._db_down_since, 1),
-            "hooks_in_backoff": dict(scheduler.backoff_until),
-            "hooks_misconfigured": sorted(scheduler.misconfigured),
-            "hooks_held": sorted(scheduler.held),
-            "hooks_lock_busy": scheduler.lock_busy(),
-            "stopping": self.stopping.is_set(),
-            "php_worker": self.php.latest().as_json(),
-            "delivery_paused": self.paused,
-            "php_task_while_delegated": None if (seen := self.php.task_while_delegated()) is None else seen.as_json(),
-            "phorge_now": self.window.estimated_now(),
-        }
+        down = self._db_down_since
+        return WorkerState(
+            max_concurrent=self.max_concurrent,
+            in_flight=scheduler.in_flight(),
+            lanes=scheduler.lanes_in_flight(),
+            tracked_queued=self.window.held_count,
+            counts=self.counters.snapshot(),
+            database_down_for_sec=None if down is None else round(time.monotonic() - down, 1),
+            hooks_in_backoff=dict(scheduler.backoff_until),
+            hooks_misconfigured=tuple(sorted(scheduler.misconfigured)),
+            hooks_held=tuple(sorted(scheduler.held)),
+            hooks_lock_busy=tuple(scheduler.lock_busy()),
+            stopping=self.stopping.is_set(),
+            php_worker=self.php.latest(),
+            delivery_paused=self.paused,
+            php_task_while_delegated=self.php.task_while_delegated(),
+            phorge_now=self.window.estimated_now(),
+        )
 
-    def _beat(self, *, force: bool = False) -> None:
-        # Django's database is written and read by the site-records thread: nothing here waits on it. The
-        # holds it read last are in force from the next poll on.
-        if self.site is None:
-            return
-        self.scheduler.hold(self.site.held())
-        self._retry_now(self.site.retrying())
-        if force or time.monotonic() - self._last_heartbeat >= HEARTBEAT_SEC:
-            self._last_heartbeat = time.monotonic()
-            state = self.snapshot()
-            self.site.beat(state)
-            self._report_activity(state["counts"])
-            for hook_phid, lowest_id in self.site.take_notices().items():
-                logger.info(
-                    "failed requests put back in the queue",
-                    extra={"event": "requeue.notice_taken", "hook": hook_phid, "from_id": lowest_id},
-                )
-                self.window.rewind(hook_phid, lowest_id)
+    # -- the loop's duties (duties.py): Django's database is written and read by the site-records thread,
+    # so nothing here waits on it.
+
+    def _take_holds(self, site: SiteRecords) -> None:
+        """The holds and Retry now orders the site-records thread read last: in force from the next poll on."""
+        self.scheduler.hold(site.held())
+        self._retry_now(site.retrying())
+
+    def _heartbeat(self, site: SiteRecords) -> None:
+        state = self.snapshot()
+        site.beat(state)
+        self._report_activity(state.counts)
+        for hook_phid, lowest_id in site.take_notices().items():
+            logger.info(
+                "failed requests put back in the queue",
+                extra={"event": "requeue.notice_taken", "hook": hook_phid, "from_id": lowest_id},
+            )
+            self.window.rewind(hook_phid, lowest_id)
 
     def _retry_now(self, orders: Mapping[str, int]) -> None:
         if orders is self.retrying:
@@ -165,7 +162,7 @@ class Worker:
         self.retrying = orders
         self.window.retry_now(orders)
 
-    def _report_activity(self, counts: dict[str, int]) -> None:
+    def _report_activity(self, counts: Mapping[str, int]) -> None:
         """One INFO line per period: deliveries, and claims lost to other processes (normal when several
         run). Each success alone is logged at DEBUG only; at hundreds per second it would drown the rest."""
         keys = ("deliveries.sent", "deliveries.retry", "deliveries.failed", "claims_won", "claims_lost")
@@ -224,6 +221,39 @@ class Worker:
         """The loop, until stopped (or, with `once`, until nothing is due). `handle_signals=False` when the
         caller installed them already (the command does, before it opens its metrics port)."""
         restore = self.install_signal_handlers() if handle_signals else (lambda: None)
+        site = self._start()
+        duties = Duties(
+            Every("php_watch", 0.0, lambda: self.php.watch(self.window.estimated_now())),  # read by delivery threads
+            Every("holds", 0.0, lambda: self._take_holds(site)),
+            Every("heartbeat", HEARTBEAT_SEC, lambda: self._heartbeat(site)),
+            Every("lock_check", LOCK_CHECK_SEC, self.locks.check),
+        )
+        pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
+        running: dict[Future[JobResult], Job] = {}
+        clean = False
+        try:
+            while not self.stopping.is_set():
+                duties.run_due()
+                scheduled, more = self._poll_and_schedule(pool, running)
+                if self.once and not running and not scheduled and not more:
+                    break
+                self._wait(running, scheduled or more)
+            clean = True
+        finally:
+            for future in list(running):
+                self._absorb(future.result(), running.pop(future))
+            pool.shutdown(wait=True)
+            self.runner.close()
+            self.dispatcher.close()  # the libcurl handles and the connections they keep
+            self._report_activity(self.counters.snapshot())
+            site.close(self.snapshot(), clean=clean)
+            self.parts.closing.close()  # the attempt log's last records, the locks, the pools, the connections
+            restore()
+        logger.info("deliver_webhooks stopped", extra={"event": "worker.stopped"})
+        return 0
+
+    def _start(self) -> SiteRecords:
+        """Said and read once before the first poll; the site-records thread started."""
         logger.info(
             "deliver_webhooks started",
             extra={
@@ -245,7 +275,7 @@ class Worker:
         held = self.holds.refresh()  # before the first claim, so a --once run honours the holds too
         self.scheduler.hold(held)
         self._retry_now(self.retries.refresh() if self.retries is not None else {})
-        self.site = site = SiteRecords(
+        site = SiteRecords(
             self.heartbeat,
             self.holds,
             self.notices,
@@ -257,30 +287,7 @@ class Worker:
             retrying=self.retrying,
         )
         limit_malloc_arenas()
-        pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="deliver")
-        running: dict[Future[JobResult], Job] = {}
-        clean = False
-        try:
-            while not self.stopping.is_set():
-                self.php.watch(self.window.estimated_now())  # what delivery threads read, the heartbeat shows
-                self._beat()
-                self._check_locks()
-                scheduled, more = self._poll_and_schedule(pool, running)
-                if self.once and not running and not scheduled and not more:
-                    break
-                self._wait(running, scheduled or more)
-            clean = True
-        finally:
-            for future in list(running):
-                self._absorb(future.result(), running.pop(future))
-            pool.shutdown(wait=True)
-            self.runner.close()
-            self._report_activity(self.counters.snapshot())
-            site.close(self.snapshot(), clean=clean)
-            self.parts.closing.close()  # the attempt log's last records, the locks, the pools, the connections
-            restore()
-        logger.info("deliver_webhooks stopped", extra={"event": "worker.stopped"})
-        return 0
+        return site
 
     def _warn_if_locks_elsewhere(self) -> None:
         """Said at start: on a partitioned Phorge, PHP's workers take their hook locks on another master."""
@@ -292,11 +299,6 @@ class Worker:
             logger.warning(
                 lock_warning(master), extra={"event": "locks.elsewhere", "application": "repository", "master": master}
             )
-
-    def _check_locks(self) -> None:
-        if time.monotonic() - self._last_lock_check >= LOCK_CHECK_SEC:
-            self._last_lock_check = time.monotonic()
-            self.locks.check()
 
     def _wait(self, running: dict[Future[JobResult], Job], busy: bool) -> None:
         if running:
@@ -373,8 +375,7 @@ class Worker:
                     )
             return False
         self.paused = self.phorge_settings.current().paused_reason() or "phabricator.silent is unknown"
-        if time.monotonic() - self._paused_said >= PAUSED_REPEAT_SEC:
-            self._paused_said = time.monotonic()
+        if self._paused_repeat.ready():
             logger.warning(self.paused, extra={"event": "worker.paused", "queued_tracked": self.window.held_count})
         return True
 

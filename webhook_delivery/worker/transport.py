@@ -37,9 +37,9 @@ from ..phorge.netguard import (
 from ..phorge.outcomes import CurlError, HttpOutcome
 from ..phorge.payload import SIGNATURE_HEADER
 from ..phorge.rawanswer import MALFORMED
-from .curl import MAX_REDIRECTS, USER_AGENT, Handles
+from .curl import MAX_REDIRECTS, USER_AGENT, Exchange, Handles
 
-__all__ = ["MAX_REDIRECTS", "USER_AGENT", "Deadline", "check_uri", "failure", "post"]
+__all__ = ["MAX_REDIRECTS", "USER_AGENT", "Deadline", "Handles", "check_uri", "failure", "post"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,6 @@ class Deadline:
 
 
 RESPONSE_BYTES_MAX = 2**31 - 1  # what the attempt log's column holds
-HANDLES = Handles()  # the process's libcurl handles, one set per hook
 
 
 def check_uri(
@@ -96,6 +95,7 @@ def post(
     body: bytes,
     signature: str,
     *,
+    handles: Handles,
     owner: str,
     first_hop: tuple[Target, tuple[IPAddress, ...]],
     blacklist: Sequence[IPNetwork],
@@ -106,9 +106,9 @@ def post(
     keep_body: int = 0,
     extra_headers: Sequence[tuple[str, str]] = (),
 ) -> HttpOutcome:
-    """POST `body` as Phorge does, within `deadline`, on the connections of `owner` (the hook), verifying
-    certificates against `ca`, through `proxy` (its name and later hops' hosts looked up by `resolver`); with
-    `keep_body`, the answer's first bytes come back too (for the attempt log, when asked for).
+    """POST `body` as Phorge does, within `deadline`, on the connections `handles` keeps for `owner` (the hook),
+    verifying certificates against `ca`, through `proxy` (its name and later hops' hosts looked up by
+    `resolver`); with `keep_body`, the answer's first bytes come back too (for the attempt log, when asked for).
     `extra_headers` (none unless the administrator asks for the delivery id) follow Phorge's, on every hop.
 
     Raises InvalidURI when an address on the way is in the outbound blacklist.
@@ -125,7 +125,7 @@ def post(
     except UnicodeError:
         return HttpOutcome("http", CurlError.URL_MALFORMAT.number)
     pin = None if parse_ip(target.host) is not None else (target.scheme, target.host, target.port, addresses)
-    exchange = HANDLES.exchange(
+    exchange = handles.exchange(
         owner,
         ca=ca,
         proxy=proxy,
@@ -140,6 +140,11 @@ def post(
     )
     if exchange.refused:
         raise InvalidURI("a hop connects into the outbound blacklist")
+    return _outcome(exchange, keep_body)
+
+
+def _outcome(exchange: Exchange, keep_body: int) -> HttpOutcome:
+    """What Phorge records of a transfer that refused no address; the answer's first `keep_body` bytes."""
     if exchange.error == CurlError.OPERATION_TIMEDOUT.number:
         return HttpOutcome("timeout", exchange.error, redirects=exchange.redirects)
     if exchange.error:

@@ -112,8 +112,12 @@ class Command(BaseCommand):
         deadline = time.monotonic() + CONFIRM_SEC
         while True:
             now = datetime.now(UTC)
-            running = [beat for beat in heartbeat.workers(now) if beat.alive and not beat.stopping]
-            waiting = [beat for beat in running if not (beat.last_seen >= since and set(phids) <= beat.hooks_held)]
+            running = [worker for worker in heartbeat.workers(now) if worker.alive and not worker.beat.stopping]
+            waiting = [
+                worker
+                for worker in running
+                if not (worker.last_seen >= since and set(phids) <= set(worker.beat.hooks_held))
+            ]
             if not waiting:
                 break
             if time.monotonic() >= deadline:
