@@ -126,6 +126,9 @@ class DeliveryConfig:
     phorge_base_uri: str | None = None
     service_token: str = field(default="", repr=False)
     attempt_log: bool = True
+    # GORGE_WEBHOOK_HONOR_RETRY_AFTER: a 429 or 503 answer's Retry-After holds the hook's next call back (never
+    # sooner than Phorge's own backoff), in this worker's memory only. Phorge has no such rule: off by default.
+    honor_retry_after: bool = False
     attempt_log_days: int = 7
     attempt_log_per_hook: int = 10_000
     attempt_log_body_bytes: int = 0
@@ -353,6 +356,7 @@ def load_config(env: Mapping[str, str], phorge: PhorgeFormats) -> LoadedConfig:
         )
         base_uri = None
     attempt_log = bool(r.boolean("GORGE_WEBHOOK_ATTEMPT_LOG", True))
+    honor_retry_after = bool(r.boolean("GORGE_WEBHOOK_HONOR_RETRY_AFTER", False))
     log_days = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_DAYS", 7, minimum=1, maximum=366)
     log_per_hook = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_PER_HOOK", 10_000, minimum=10, maximum=10_000_000)
     log_body = r.integer("GORGE_WEBHOOK_ATTEMPT_LOG_BODY_BYTES", 0, minimum=0, maximum=65_536)
@@ -399,6 +403,7 @@ def load_config(env: Mapping[str, str], phorge: PhorgeFormats) -> LoadedConfig:
         phorge_base_uri=None if base_uri is None else base_uri.rstrip("/"),
         service_token=r.env.get("GORGE_SERVICE_TOKEN", "").strip(),
         attempt_log=attempt_log,
+        honor_retry_after=honor_retry_after,
         attempt_log_days=log_days,
         attempt_log_per_hook=log_per_hook,
         attempt_log_body_bytes=log_body,

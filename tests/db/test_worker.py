@@ -218,6 +218,46 @@ def test_forever_retry_waits_the_retry_backoff_not_the_lease(phorge: Phorge, del
         assert row["properties"].endswith(',"errorType":"http","errorCode":503}')
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("answer", "retry_after", "backoff", "honor", "least", "most"),
+    [
+        ("s503", "4", 1, True, 3.9, 8.0),  # the receiver's wait, longer than Phorge's backoff
+        ("s429", "4", 1, True, 3.9, 8.0),
+        ("s503", "4", 1, False, 0.0, 3.5),  # off (the default): Phorge's backoff alone
+        ("s503", "1", 3, True, 2.0, 5.5),  # never sooner than Phorge's backoff (a whole-second clock)
+        ("s500", "4", 1, True, 0.0, 3.5),  # a 500's Retry-After asks nothing of us
+    ],
+)
+def test_retry_after_holds_the_hook_back_when_honored_and_changes_nothing_sent_or_recorded(
+    phorge: Phorge,
+    delivery_config: Any,
+    answer: str,
+    retry_after: str,
+    backoff: int,
+    honor: bool,
+    least: float,
+    most: float,
+) -> None:
+    with Receiver() as receiver:
+        receiver.state.retry_after = retry_after
+        phid = phorge.request(phorge.hook(receiver.url(f"/busy/{answer}")), retry="forever")
+        config = dataclasses.replace(
+            delivery_config,
+            retry_backoff_sec=backoff,
+            claim_lease_sec=30,
+            poll_interval_ms=50,
+            honor_retry_after=honor,
+        )
+        run_until(config, lambda: len(receiver.requests) >= 2, timeout=20)
+        first, second = receiver.requests[:2]
+        assert least <= second.at - first.at <= most, second.at - first.at
+        assert (second.raw_head, second.body) == (first.raw_head, first.body), "the same bytes, signature included"
+        row = phorge.row(phid)
+        assert (row["status"], row["lastRequestResult"]) == ("queued", "fail")
+        assert row["properties"].endswith(f',"errorType":"http","errorCode":{answer[1:]}}}')
+
+
 def test_never_retry_fails_for_good(phorge: Phorge, delivery_config: Any) -> None:
     with Receiver() as receiver:
         phid = phorge.request(phorge.hook(receiver.url("/gone/s410")), retry="never")

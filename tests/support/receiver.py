@@ -51,6 +51,7 @@ class ReceiverState:
     slow_seconds: float = 0.5
     hold_seconds: float = 30.0
     redirect_to: str = ""
+    retry_after: str = ""  # sent as Retry-After with every 429 and 503 answer when set
     down: set[str] = field(default_factory=set)  # hook paths in an outage: 503 for every call
     on_receive: Callable[[Received], None] | None = None
     requests: list[Received] = field(default_factory=list)
@@ -126,6 +127,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 status, extra = 302, f"Location: {state.redirect_to}\r\n"
             elif behaviour == "loop":
                 status, extra = 302, f"Location: {received.path}\r\n"
+            if status in (429, 503) and state.retry_after:
+                extra += f"Retry-After: {state.retry_after}\r\n"
             reason = {200: "OK", 204: "No Content", 307: "Temporary Redirect", 302: "Found"}.get(status, "X")
             body = b"" if status == 204 else b"ok"
             length = "" if status == 204 else f"Content-Length: {len(body)}\r\n"

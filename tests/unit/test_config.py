@@ -81,3 +81,11 @@ def test_a_bad_delivery_id_setting_is_one_config_error_naming_the_variable() -> 
         "(PHID-HWBH-...), got 'nope'"
     ]
     assert loaded.delivery.delivery_id_hooks.off
+
+
+def test_honoring_retry_after_is_off_unless_asked_and_a_bad_word_is_refused_by_name() -> None:
+    assert load_config({}).delivery.honor_retry_after is False
+    assert load_config({"GORGE_WEBHOOK_HONOR_RETRY_AFTER": "true"}).delivery.honor_retry_after is True
+    loaded = load_config({"GORGE_WEBHOOK_HONOR_RETRY_AFTER": "sometimes"})
+    assert [str(error).split(":")[0] for error in loaded.errors] == ["GORGE_WEBHOOK_HONOR_RETRY_AFTER"]
+    assert loaded.delivery.honor_retry_after is False

@@ -28,10 +28,13 @@ Debian 12's 7.88.1 is what its php8.2-curl links).
   each answer's headers in the handle until its next transfer, 2.5 times their size: 290 KiB of headers held
   690 KiB per handle, 88 MiB over 128 hooks, measured with pycurl 7.49 and libcurl 7.88.1); that hook's
   next call opens a new connection.
+* A 429 or 503 answer's Retry-After (seconds or an HTTP-date, at most RETRY_AFTER_MAX_SEC) is kept per hook
+  until the scheduler asks for it (`Handles.retry_after`); it changes nothing that is recorded.
 """
 
 from __future__ import annotations
 
+import email.utils
 import select
 import socket
 import threading
@@ -68,6 +71,8 @@ HEADS_KEPT = 1024 * 1024  # every header block of one transfer; libcurl allows 3
 IDLE_HEADERS_MAX = 8 * 1024  # header bytes of the last answer above which a handle is closed, not kept
 GZIP_OUTPUT_MAX = 16 * 1024 * 1024  # bytes a gzip body is inflated to, at most, in one attempt
 GZIP_CPU_MAX_SEC = 0.25  # CPU time (the delivering thread's) spent inflating, at most, in one attempt
+RETRY_AFTER_STATUSES = (429, 503)  # the answers whose Retry-After RFC 9110 defines as "come back later"
+RETRY_AFTER_MAX_SEC = 3600  # a hook held back by one answer for an hour at most: the header is the receiver's
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class Exchange:
     redirects: int = 0
     body_bytes: int = 0
     body_prefix: bytes = b""
+    retry_after: float | None = None  # seconds a 429 or 503 answer asked to wait (Retry-After), if readable
 
 
 class _Transfer:
@@ -160,6 +166,31 @@ class _Transfer:
             if not decodes:
                 return None, b""
         return head.status, buffer[body_at:]
+
+    def retry_after(self, redirects: int) -> float | None:
+        """The final answer's Retry-After, in seconds from now, as retry_after_seconds reads it."""
+        rest = strip_redirects(bytes(self.heads), redirects)
+        head = final_head(rest)
+        return None if head is None else retry_after_seconds(rest[: head.body_at], time.time())
+
+
+def retry_after_seconds(head: bytes, now: float) -> float | None:
+    """Retry-After (RFC 9110: delay-seconds, or an HTTP-date) of a head, in seconds after `now` (epoch), at most
+    RETRY_AFTER_MAX_SEC; None when absent, unreadable or not in the future. The last such line counts."""
+    value = b""
+    for line in head.split(b"\n"):
+        name, colon, rest = line.partition(b":")
+        if colon and name.strip().lower() == b"retry-after":
+            value = rest.strip()
+    if value.isdigit():
+        seconds = float(int(value[:12]))
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value.decode("latin-1"))
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when.timestamp() - now if when.tzinfo is not None else -1.0  # an HTTP-date is in GMT
+    return min(seconds, RETRY_AFTER_MAX_SEC) if seconds > 0 else None
 
 
 class _Handle:
@@ -280,7 +311,8 @@ class _Handle:
             if transfer.refused or error:
                 return Exchange(error, transfer.refused, redirects=redirects)
             status, body_seen = transfer.judge(redirects)
-            return Exchange(0, False, status, redirects, transfer.body_bytes, body_seen)
+            wait = transfer.retry_after(redirects) if status in RETRY_AFTER_STATUSES else None
+            return Exchange(0, False, status, redirects, transfer.body_bytes, body_seen, wait)
         finally:
             transfer.release()
 
@@ -330,6 +362,7 @@ class Handles:
     def __init__(self, idle: int = IDLE_HANDLES) -> None:
         self.idle = idle
         self._idle: OrderedDict[str, list[_Handle]] = OrderedDict()
+        self._waits: dict[str, float] = {}  # hook: time.monotonic() its last Retry-After asked to wait until
         self._lock = threading.Lock()
 
     def exchange(self, owner: str, *, ca: CaBundle, proxy: Proxy | None, **transfer: Any) -> Exchange:
@@ -347,7 +380,15 @@ class Handles:
             handle.close()
         else:
             self._give(owner, handle)
+        if exchange.retry_after is not None:
+            with self._lock:
+                self._waits[owner] = time.monotonic() + exchange.retry_after
         return exchange
+
+    def retry_after(self, owner: str) -> float | None:
+        """Until when (time.monotonic()) the owner's last 429 or 503 answer asked to wait, once: None if none did."""
+        with self._lock:
+            return self._waits.pop(owner, None)
 
     def _take(self, owner: str) -> _Handle | None:
         with self._lock:

@@ -81,7 +81,12 @@ class Worker:
         self.stopping = threading.Event()
         self.counters = Counters()
         self.scheduler = Scheduler(
-            self.max_concurrent, estimated_now=self.window.estimated_now, counters=self.counters, attempts=self.attempts
+            self.max_concurrent,
+            estimated_now=self.window.estimated_now,
+            counters=self.counters,
+            attempts=self.attempts,
+            retry_after=self.dispatcher.handles.retry_after,
+            honor_retry_after=config.honor_retry_after,
         )
         self.locks.on_lost = lambda: self.counters.record("degraded.lock_session_lost")
         self.runner = JobRunner(

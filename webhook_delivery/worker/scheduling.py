@@ -97,17 +97,22 @@ class Scheduler:
         estimated_now: Callable[[], int],
         counters: Counters,
         attempts: AttemptLog | None = None,
+        retry_after: Callable[[str], float | None] = lambda hook_phid: None,
+        honor_retry_after: bool = False,
     ) -> None:
         self.lanes = Lanes(capacity)
         self.busy_hooks: set[str] = set()
         self._lanes_of: dict[str, Lane] = {}  # the lane of each hook's job in flight
         self.skip_until: dict[str, float] = {}
+        self.wait_until: dict[str, float] = {}  # a receiver's Retry-After, on time.monotonic()
         self.backoff_until: dict[str, int] = {}
         self.misconfigured: set[str] = set()
         self.held: frozenset[str] = frozenset()  # held by an operator (manage.py hold_webhooks)
         self._estimated_now = estimated_now
         self._counters = counters
         self._attempts = attempts
+        self._retry_after = retry_after  # what the hook's last answer asked for, taken once
+        self._honor_retry_after = honor_retry_after
 
     # -- what may run ------------------------------------------------------------------------------
 
@@ -118,7 +123,8 @@ class Scheduler:
     def schedulable(self, hook_phid: str) -> bool:
         if hook_phid in self.busy_hooks or hook_phid in self.misconfigured or hook_phid in self.held:
             return False
-        if self.skip_until.get(hook_phid, 0.0) > time.monotonic():
+        now = time.monotonic()
+        if self.skip_until.get(hook_phid, 0.0) > now or self.wait_until.get(hook_phid, 0.0) > now:
             return False
         return self.backoff_until.get(hook_phid, 0) <= self._estimated_now()
 
@@ -166,6 +172,7 @@ class Scheduler:
         if result.lock_busy:
             self._counters.record("lock_busy")
             self.skip_until[job.hook_phid] = time.monotonic() + LOCK_BUSY_SKIP_SEC
+        self._wait_as_asked(job.hook_phid)
         if result.breaker_closed and job.hook_phid in self.backoff_until:
             del self.backoff_until[job.hook_phid]
             logger.info("hook left error backoff", extra={"event": "breaker.left", "hook": job.hook_phid})
@@ -181,6 +188,18 @@ class Scheduler:
             self.backoff_until[job.hook_phid] = result.backoff_until
         metrics.HOOKS_IN_BACKOFF.set(len(self.backoff_until))
         self.set_in_flight_metrics()
+
+    def _wait_as_asked(self, hook_phid: str) -> None:
+        """A receiver's Retry-After holds its hook back (GORGE_WEBHOOK_HONOR_RETRY_AFTER): a later claim only,
+        so a failed request never goes sooner than Phorge's backoff would send it."""
+        until = self._retry_after(hook_phid)
+        if until is None or not self._honor_retry_after:
+            return
+        self.wait_until[hook_phid] = until
+        logger.info(
+            "hook's receiver asked to wait (Retry-After): its next call waits",
+            extra={"event": "hook.retry_after", "hook": hook_phid, "wait_sec": round(until - time.monotonic(), 1)},
+        )
 
     def set_in_flight_metrics(self) -> None:
         metrics.IN_FLIGHT.set(self.in_flight())
