@@ -1,11 +1,17 @@
-"""The scheduler (worker/scheduling.py): lanes, one job per hook, held, locked and backed-off hooks."""
+"""The scheduler (worker/scheduling.py): lanes, one job per hook, held, locked and backed-off hooks, and hooks
+whose receiver asked to wait (Retry-After, when honored)."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from tests.support.twin_worker import HOOK, NOW, OTHER
-from webhook_delivery.worker.job import Job
+from webhook_delivery.worker.job import Job, JobResult
 from webhook_delivery.worker.metrics import Counters
 from webhook_delivery.worker.scheduling import Lane, Lanes, Scheduler
+from webhook_delivery.worker.window import Settlement
 
 
 def test_failing_hooks_get_at_most_a_quarter_and_new_ones_three_quarters() -> None:
@@ -42,3 +48,27 @@ def test_the_scheduler_keeps_one_job_per_hook_and_skips_held_locked_and_backed_o
     assert not scheduler.schedulable(OTHER)
     order = scheduler.order([(5, "PHID-HWBH-a", "fail"), (3, "PHID-HWBH-b", "none")])
     assert order == [("PHID-HWBH-a", Lane.FAILING), ("PHID-HWBH-b", Lane.NEW)], "failing first: they are capped"
+
+
+def finished(scheduler: Scheduler, hook: str) -> None:
+    job = Job(hook, None, [])
+    scheduler.start(job, Lane.NEW)
+    scheduler.finish(job, JobResult(Settlement(hook, [])))
+
+
+@pytest.mark.parametrize("honor", [True, False])
+def test_the_scheduler_holds_a_hook_back_until_its_retry_after_only_when_honoring_it(honor: bool) -> None:
+    asked = {HOOK: time.monotonic() + 60}
+    scheduler = Scheduler(
+        4,
+        estimated_now=lambda: NOW,
+        counters=Counters(),
+        retry_after=lambda hook: asked.pop(hook, None),
+        honor_retry_after=honor,
+    )
+    finished(scheduler, HOOK)
+    assert not asked, "what the answer asked for is taken, whether honored or not"
+    assert scheduler.schedulable(HOOK) is not honor
+    assert scheduler.schedulable(OTHER), "another hook is not held back"
+    scheduler.wait_until[HOOK] = time.monotonic() - 1
+    assert scheduler.schedulable(HOOK), "once the time has passed"

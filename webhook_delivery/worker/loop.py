@@ -80,14 +80,7 @@ class Worker:
         self.window = QueueWindow(self.reader, lease=config.claim_lease_sec, retry_backoff=config.retry_backoff_sec)
         self.stopping = threading.Event()
         self.counters = Counters()
-        self.scheduler = Scheduler(
-            self.max_concurrent,
-            estimated_now=self.window.estimated_now,
-            counters=self.counters,
-            attempts=self.attempts,
-            retry_after=self.dispatcher.handles.retry_after,
-            honor_retry_after=config.honor_retry_after,
-        )
+        self.scheduler = self._scheduler(config)
         self.locks.on_lost = lambda: self.counters.record("degraded.lock_session_lost")
         self.runner = JobRunner(
             config,
@@ -113,6 +106,17 @@ class Worker:
         self._quick_until = float("-inf")
         self._paused_repeat = Throttle(PAUSED_REPEAT_SEC)
         self._silent_said = False
+
+    def _scheduler(self, config: DeliveryConfig) -> Scheduler:
+        """The hooks' scheduling, told what each hook's last answer asked for (Retry-After, when honored)."""
+        return Scheduler(
+            self.max_concurrent,
+            estimated_now=self.window.estimated_now,
+            counters=self.counters,
+            attempts=self.attempts,
+            retry_after=self.dispatcher.handles.retry_after,
+            honor_retry_after=config.honor_retry_after,
+        )
 
     def snapshot(self) -> WorkerState:
         """The heartbeat state: what the dashboard and the health JSON show about this process."""
